@@ -1,0 +1,155 @@
+"""Frozen configuration loaded from YAML; unknown keys are rejected with file and key named.
+
+CLI overrides are applied in one place: `with_overrides(cfg, {"timing.min_samples": 5})`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import BadInput
+
+
+@dataclass(frozen=True)
+class CorrectnessConfig:
+    trials: int = 5            # correctness trials, each with fresh inputs from its own seed
+    atol: float = 1e-3         # elementwise: |out - truth| <= atol + rtol * |truth|
+    rtol: float = 1e-3
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 3            # untimed calls before sampling
+    min_samples: int = 10
+    max_samples: int = 100
+    min_time_s: float = 0.5    # keep sampling until this much timed work (after min_samples)
+    max_time_s: float = 10.0   # stop sampling after this much wall time (once 3 samples exist)
+    flush_l2: bool = True      # overwrite a buffer twice the L2 size before every timed call
+
+
+@dataclass(frozen=True)
+class TimeoutConfig:
+    build_s: float = 900.0     # wall-clock limit for building (compiling) one solution
+    run_s: float = 600.0       # limit for everything after the build in one worker
+    judge_s: float = 600.0     # limit for computing ground truth and comparing
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    jobs: int = 0              # parallel build workers; 0 = number of CPU cores
+    cache_dir: str = ""        # "" = $KB_BUILD_CACHE or ~/.cache/kb-harness/builds
+
+
+@dataclass(frozen=True)
+class Config:
+    device: str = "auto"       # auto | cuda | cpu
+    seed: int = 0              # base seed; init and trial seeds derive from it
+    results_dir: str = "results"
+    correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    source: str = "<defaults>"  # file the config came from (not a YAML key)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+DEVICES = ("auto", "cuda", "cpu")
+_NOT_KEYS = {"source"}
+
+
+def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ in (int, float, str) and isinstance(value, typ) and not isinstance(value, bool):
+        return value
+    raise BadInput(path, f"key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _build(cls: type, data: Any, path: str, prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        where = f"key '{prefix}'" if prefix else "top level"
+        raise BadInput(path, f"{where} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)} - _NOT_KEYS
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields:
+            raise BadInput(path, f"unknown key '{dotted}' (known: {', '.join(sorted(fields))})")
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value, path, dotted + ".")
+        else:
+            kwargs[key] = _check_value(path, dotted, value, typ)
+    cfg = cls(**kwargs)
+    return cfg
+
+
+def validate(cfg: Config) -> Config:
+    where = cfg.source
+    if cfg.device not in DEVICES:
+        raise BadInput(where, f"device must be one of {', '.join(DEVICES)}, got {cfg.device!r}")
+    c, t, o = cfg.correctness, cfg.timing, cfg.timeouts
+    if c.trials < 1:
+        raise BadInput(where, "correctness.trials must be >= 1")
+    if c.atol < 0 or c.rtol < 0:
+        raise BadInput(where, "correctness.atol and correctness.rtol must be >= 0")
+    if t.warmup < 0 or t.min_samples < 1 or t.max_samples < t.min_samples:
+        raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
+    if min(o.build_s, o.run_s, o.judge_s) <= 0:
+        raise BadInput(where, "timeouts must be > 0 seconds")
+    if cfg.build.jobs < 0:
+        raise BadInput(where, "build.jobs must be >= 0")
+    return cfg
+
+
+def load_config(path: str | Path | None) -> Config:
+    if path is None:
+        return validate(Config())
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(path, "config file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise BadInput(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
+    if data is None:
+        data = {}
+    cfg = _build(Config, data, str(path), "")
+    return validate(dataclasses.replace(cfg, source=str(path)))
+
+
+def with_overrides(cfg: Config, overrides: Mapping[str, Any], where: str = "command line") -> Config:
+    """Apply dotted-key overrides (e.g. {"timing.min_samples": 5}); values are type-checked."""
+    data = cfg.to_dict()
+    for dotted, value in overrides.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise BadInput(where, f"unknown config key '{dotted}'")
+            node = node[part]
+        if parts[-1] not in node:
+            raise BadInput(where, f"unknown config key '{dotted}'")
+        node[parts[-1]] = value
+    new = _build(Config, data, where, "")
+    return validate(dataclasses.replace(new, source=cfg.source))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'timing.min_samples=5' -> ('timing.min_samples', 5) (value parsed as YAML scalar)."""
+    if "=" not in text:
+        raise BadInput("--set", f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)

@@ -1,0 +1,90 @@
+"""Environment facts stored with every result: GPU, driver, CUDA, torch, cuDNN, TF32 mode,
+clocks, host and harness git commit.
+
+`python -m harness.env [cuda|cpu|auto]` prints the facts as JSON; the runner calls it once per
+run in a subprocess so the parent process never initializes CUDA itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from . import REPO_ROOT
+
+
+def _run(cmd: list[str], timeout: float = 10.0) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_info() -> dict[str, Any]:
+    commit = _run(["git", "rev-parse", "HEAD"])
+    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"])) if commit else None
+    return {"commit": commit or None, "dirty": dirty}
+
+
+def nvidia_smi() -> dict[str, Any]:
+    fields = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
+    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+    if not out:
+        return {}
+    values = [v.strip() for v in out.splitlines()[0].split(",")]
+    return dict(zip(["name", "driver", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz",
+                     "power_limit_w", "temperature_c"], values))
+
+
+def collect(device: str) -> dict[str, Any]:
+    import torch
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device": device,
+        "tf32": {
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        },
+        "git": git_info(),
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "multiprocessors": props.multi_processor_count,
+            "memory_bytes": props.total_memory,
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            **{k: v for k, v in nvidia_smi().items() if k != "name"},
+        }
+    return env
+
+
+def probe(requested: str) -> dict[str, Any]:
+    """Resolve 'auto' to a device and report the build arch ('9.0', or 'cpu')."""
+    import torch
+    has_cuda = torch.cuda.is_available()
+    device = ("cuda" if has_cuda else "cpu") if requested == "auto" else requested
+    info: dict[str, Any] = {"has_cuda": has_cuda, "device": device, "arch": "cpu"}
+    if has_cuda:
+        major, minor = torch.cuda.get_device_capability(0)
+        info["arch"] = f"{major}.{minor}"
+        info["gpu_name"] = torch.cuda.get_device_name(0)
+    return info
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "auto")))

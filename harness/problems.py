@@ -1,0 +1,179 @@
+"""Problem discovery, selection and loading.
+
+A problem is a KernelBench-format file `problems/<family>/<id>.py` defining a reference
+`Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`. Problem files are trusted
+(they are the ground truth) and import nothing from the harness.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import REPO_ROOT
+from .errors import BadInput
+
+PROBLEMS_ROOT = REPO_ROOT / "problems"
+REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str        # the file stem, e.g. "57_conv_transposed_2D__square_input__square_kernel"
+    family: str    # the folder, e.g. "conv_transpose2d"
+    path: Path
+    sha256: str
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "family": self.family, "path": _display(self.path), "sha256": self.sha256}
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def problem_from_path(path: Path) -> Problem:
+    path = Path(path).resolve()
+    return Problem(id=path.stem, family=path.parent.name, path=path, sha256=file_sha256(path))
+
+
+def discover(root: Path = PROBLEMS_ROOT) -> list[Problem]:
+    return [problem_from_path(p) for p in sorted(Path(root).glob("*/*.py")) if not p.name.startswith("_")]
+
+
+def families(root: Path = PROBLEMS_ROOT) -> list[str]:
+    return sorted({p.family for p in discover(root)})
+
+
+def _short_id(stem: str) -> str:
+    return stem.split("_", 1)[0]
+
+
+def select(spec: str | None, root: Path = PROBLEMS_ROOT) -> list[Problem]:
+    """Resolve --problem: None (all), a path, a family, family/name, a name, a number or a unique prefix."""
+    all_problems = discover(root)
+    if spec is None:
+        return all_problems
+    path = Path(spec)
+    if spec.endswith(".py") or path.is_file():
+        if not path.is_file():
+            raise BadInput(spec, "problem file not found")
+        return [problem_from_path(path)]
+    pool = all_problems
+    name = spec
+    if "/" in spec:
+        family, name = spec.split("/", 1)
+        pool = [p for p in all_problems if p.family == family]
+        if not pool:
+            raise BadInput("--problem", f"no problem family '{family}' under {_display(Path(root))}/")
+        if not name:
+            return pool
+    elif spec in {p.family for p in all_problems}:
+        return [p for p in all_problems if p.family == spec]
+    for match in (
+        lambda p: p.id == name,
+        lambda p: name.isdigit() and _short_id(p.id) == name,
+        lambda p: p.id.startswith(name),
+    ):
+        found = [p for p in pool if match(p)]
+        if len(found) == 1:
+            return found
+        if len(found) > 1:
+            names = ", ".join(p.id for p in found[:8])
+            raise BadInput("--problem", f"'{spec}' is ambiguous: it matches {names}")
+    fams = ", ".join(sorted({p.family for p in all_problems})) or "none"
+    raise BadInput("--problem", f"'{spec}' matches no problem under {_display(Path(root))}/ (families: {fams})")
+
+
+def load_module(path: Path, prefix: str = "kb_problem") -> types.ModuleType:
+    """Import a Python file under a unique module name. Exceptions propagate."""
+    path = Path(path).resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    mod_name = f"{prefix}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(mod_name, None)
+        raise
+    return module
+
+
+def exception_location(exc: BaseException, path: Path) -> str:
+    """'file:line' of the innermost traceback frame inside `path` (or the SyntaxError position)."""
+    path = Path(path).resolve()
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path:
+        return f"{_display(path)}:{exc.lineno}"
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename and Path(frame.filename).resolve() == path:
+            line = frame.lineno
+    return f"{_display(path)}:{line}" if line else _display(path)
+
+
+def load_problem(problem: Problem) -> types.ModuleType:
+    """Import and validate a problem file; any defect is BadInput naming the file."""
+    where = _display(problem.path)
+    try:
+        module = load_module(problem.path)
+    except Exception as exc:  # noqa: BLE001 - any failure of a problem file is bad input
+        loc = exception_location(exc, problem.path)
+        raise BadInput(loc, f"problem file failed to import: {type(exc).__name__}: {exc}") from None
+    missing = [name for name in REQUIRED if not hasattr(module, name)]
+    if missing:
+        raise BadInput(where, f"problem file lacks {', '.join(missing)} (needs Model, get_inputs, get_init_inputs)")
+    for name in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, name)):
+            raise BadInput(where, f"{name} must be a function")
+    return module
+
+
+def validate(problem: Problem) -> None:
+    """Check that the problem file loads and its get_init_inputs()/get_inputs() return lists."""
+    module = load_problem(problem)
+    where = _display(problem.path)
+    for name in ("get_init_inputs", "get_inputs"):
+        # get_inputs may allocate large tensors; only check the init inputs eagerly
+        if name == "get_inputs":
+            continue
+        try:
+            value = getattr(module, name)()
+        except Exception as exc:  # noqa: BLE001
+            raise BadInput(exception_location(exc, problem.path), f"{name}() raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(value, (list, tuple)):
+            raise BadInput(where, f"{name}() must return a list, got {type(value).__name__}")
+
+
+def make_inputs(module: types.ModuleType, seed: int, device) -> list:
+    """Call get_inputs() under `seed` (CPU generator, so identical in every process) and move
+    tensors to `device`. Worker and judge both call this with the same seed."""
+    import random
+
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)
+    values = module.get_inputs()
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def construct(cls, init_inputs: list, seed: int, device):
+    """Matched-seed construction: the same seed before every constructor, then move to device."""
+    import torch
+    torch.manual_seed(seed)
+    args = [v.to(device) if isinstance(v, torch.Tensor) else v for v in init_inputs]
+    return cls(*args).to(device)

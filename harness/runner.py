@@ -1,0 +1,108 @@
+"""Pick the pairs, build them in parallel, evaluate them one at a time (the device is timed
+idle), stream each result to the store as soon as it exists, and show progress."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from . import REPO_ROOT
+from .build import default_cache_dir
+from .config import Config
+from .env import git_info
+from .errors import BadInput
+from .isolation import child_env
+from .leaderboard import summary
+from .pipeline import PairRun, RunContext
+from .results import EvalResult
+from .solutions import Pair
+from .store import Store
+
+
+def probe_device(requested: str) -> dict:
+    """Ask a child process which device to use (the parent never initializes CUDA)."""
+    out = subprocess.run([sys.executable, "-m", "harness.env", requested], capture_output=True, text=True,
+                         cwd=REPO_ROOT, env=child_env(), timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"device probe failed: {out.stderr.strip()[-500:]}")
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    if requested == "cuda" and not info["has_cuda"]:
+        raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
+    return info
+
+
+def _describe(result: EvalResult) -> str:
+    t = result.timing or {}
+    parts = [result.status.value]
+    if result.status.value == "ok" and "solution" in t:
+        parts.append(f"{t['solution']['median_ms']:.3f} ms vs {t['reference']['median_ms']:.3f} ms ref "
+                     f"({t.get('speedup', 0):.2f}x)")
+    parts.append(result.message)
+    return "  ".join(parts)
+
+
+def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
+             out: Callable[[str], None] = print) -> list[EvalResult]:
+    info = probe_device(cfg.device)
+    device = info["device"]
+    store = Store(cfg.results_dir, run_id)
+    cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    jobs = cfg.build.jobs or cores
+    base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
+
+    done: dict[str, EvalResult] = {}
+    pending: list[Pair] = []
+    for pair in pairs:
+        previous = store.recorded(pair) if resume else None
+        if previous is not None:
+            done[previous.key] = previous
+        else:
+            pending.append(pair)
+    store.write_manifest({"run_id": run_id, "device": device, "arch": info["arch"], "config": cfg.to_dict(),
+                          "config_file": cfg.source, "pairs": [f"{p.problem.id}__{p.solution.name}" for p in pairs],
+                          "git": base_env["git"]})
+    if done:
+        out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
+
+    total = len(pairs)
+    with tempfile.TemporaryDirectory(prefix="kb-harness-") as work:
+        workers = max(1, min(jobs, len(pending)))
+        ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
+                         work_root=Path(work), build_threads=max(1, cores // workers), env=base_env)
+        runs = {id(p): PairRun(ctx, p) for p in pending}
+
+        def record(result: EvalResult) -> None:
+            store.write(result)
+            done[result.key] = result
+            out(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: {_describe(result)}")
+
+        if pending:
+            out(f"building {len(pending)} solution(s) with {workers} worker(s) on {device}"
+                + (f" ({info.get('gpu_name')})" if device == "cuda" else ""))
+        survivors: list[Pair] = []
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(runs[id(p)].run_build): p for p in pending}
+            for future in as_completed(futures):
+                result = future.result()
+                if result is not None:
+                    record(result)
+                else:
+                    survivors.append(futures[future])
+        order = {id(p): i for i, p in enumerate(pending)}
+        for pair in sorted(survivors, key=lambda p: order[id(p)]):
+            record(runs[id(pair)].run_eval())
+    results = [done[k] for k in sorted(done)]
+    store.write_manifest({"summary": summary(results)})
+    return results
+
+
+def with_device(cfg: Config, device: str | None) -> Config:
+    return replace(cfg, device=device) if device else cfg

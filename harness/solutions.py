@@ -1,0 +1,128 @@
+"""Solution discovery and pairing. The trusted side never imports a solution: it only reads
+its text (hash, AST check for ModelNew). Only harness/worker.py executes solution code.
+
+Layout: solutions/<family>/<problem id>/<name>.py, each defining ModelNew.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import REPO_ROOT
+from .errors import BadInput
+from .problems import Problem, _display, file_sha256
+
+SOLUTIONS_ROOT = REPO_ROOT / "solutions"
+
+
+@dataclass(frozen=True)
+class Solution:
+    name: str
+    path: Path
+    sha256: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": _display(self.path), "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Pair:
+    problem: Problem
+    solution: Solution
+
+
+def solution_from_path(path: Path) -> Solution:
+    path = Path(path).resolve()
+    return Solution(name=path.stem, path=path, sha256=file_sha256(path))
+
+
+def for_problem(problem: Problem, root: Path = SOLUTIONS_ROOT) -> list[Solution]:
+    folder = Path(root) / problem.family / problem.id
+    return [solution_from_path(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def _problem_of(path: Path, root: Path) -> tuple[str, str] | None:
+    """(family, problem id) when the path lies in solutions/<family>/<problem>/."""
+    try:
+        rel = Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return None
+    return (rel.parts[0], rel.parts[1]) if len(rel.parts) == 3 else None
+
+
+def top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names bound at module level, and whether a star import makes the set incomplete."""
+    names: set[str] = set()
+    star = False
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        names.add(sub.id)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                else:
+                    names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            # conservative: definitions inside top-level if/try/with blocks count
+            inner = ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[])
+            inner.body = [n for n in inner.body if isinstance(n, ast.stmt)]
+            sub_names, sub_star = top_level_names(inner)
+            names |= sub_names
+            star = star or sub_star
+    return names, star
+
+
+def check_static(solution: Solution) -> None:
+    """BadInput when the file cannot be read or visibly defines no ModelNew.
+
+    A file that does not parse is left to the worker, which reports a load_error with the line.
+    """
+    where = _display(solution.path)
+    try:
+        text = solution.path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(where, f"cannot read solution file: {exc}") from None
+    try:
+        tree = ast.parse(text, filename=str(solution.path))
+    except SyntaxError:
+        return
+    names, star = top_level_names(tree)
+    if "ModelNew" not in names and not star:
+        raise BadInput(where, "solution defines no ModelNew (it must define class ModelNew, a drop-in for the problem's Model)")
+
+
+def select_pairs(problems: list[Problem], spec: str | None, problems_given: bool,
+                 all_problems: list[Problem], root: Path = SOLUTIONS_ROOT) -> list[Pair]:
+    """Resolve --solution against the selected problems."""
+    if spec is not None and (spec.endswith(".py") or Path(spec).is_file()):
+        path = Path(spec)
+        if not path.is_file():
+            raise BadInput(spec, "solution file not found")
+        solution = solution_from_path(path)
+        if problems_given:
+            targets = problems
+        else:
+            owner = _problem_of(path, root)
+            targets = [p for p in all_problems if owner and (p.family, p.id) == owner]
+            if not targets:
+                raise BadInput(spec, "cannot tell which problem this solution is for: give --problem "
+                                     "(or place it under solutions/<family>/<problem>/)")
+        pairs = [Pair(p, solution) for p in targets]
+    else:
+        pairs = [Pair(p, s) for p in problems for s in for_problem(p, root) if spec is None or s.name == spec]
+        if not pairs:
+            what = f"named '{spec}' " if spec else ""
+            ids = ", ".join(p.id for p in problems[:5]) + (" ..." if len(problems) > 5 else "")
+            raise BadInput("--solution", f"no solution {what}found for {ids} under {_display(Path(root))}/")
+    for pair in pairs:
+        check_static(pair.solution)
+    return pairs

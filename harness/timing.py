@@ -1,0 +1,99 @@
+"""Timing: a timer (CUDA events or host clock), an L2 flush, and a stopping rule.
+
+Measuring and stopping are separate: `sample(fn, timer, rule, warmup)` asks the rule after
+each sample whether to stop. Printing lives elsewhere (leaderboard / runner).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .results import TimingStats
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Stop once min_samples and min_time_s are both reached, or at max_samples / max_time_s."""
+    min_samples: int = 10
+    max_samples: int = 100
+    min_time_s: float = 0.5
+    max_time_s: float = 10.0
+
+    def done(self, samples: int, measured_s: float, wall_s: float) -> bool:
+        if samples >= self.max_samples:
+            return True
+        if samples >= 3 and wall_s >= self.max_time_s:
+            return True
+        return samples >= self.min_samples and measured_s >= self.min_time_s
+
+
+class HostTimer:
+    name = "host"
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+
+class CudaEventTimer:
+    """CUDA events around one call, after flushing L2.
+
+    The whole device is synchronized before the end event is recorded, so work a solution puts
+    on other streams is counted. The host wall time of each call is kept for a cross-check.
+    """
+    name = "cuda_event"
+
+    def __init__(self, device, flush_l2: bool = True):
+        import torch
+        self.torch = torch
+        self.device = device
+        self.flush_buffer = None
+        if flush_l2:
+            props = torch.cuda.get_device_properties(device)
+            l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+            self.flush_buffer = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.wall_ms: list[float] = []
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        torch = self.torch
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+        torch.cuda.synchronize(self.device)
+        wall0 = time.perf_counter()
+        self.start.record()
+        fn()
+        torch.cuda.synchronize(self.device)
+        self.end.record()
+        self.end.synchronize()
+        self.wall_ms.append((time.perf_counter() - wall0) * 1e3)
+        return self.start.elapsed_time(self.end)
+
+
+def sample(fn: Callable[[], object], timer: Callable[[Callable[[], object]], float],
+           rule: StoppingRule, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        timer(fn)
+    samples: list[float] = []
+    wall0 = time.perf_counter()
+    while True:
+        samples.append(timer(fn))
+        if rule.done(len(samples), sum(samples) / 1e3, time.perf_counter() - wall0):
+            return samples
+
+
+def summarize(samples: list[float], timer_name: str) -> TimingStats:
+    ordered = sorted(samples)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return TimingStats(
+        median_ms=statistics.median(ordered), iqr_ms=q3 - q1, q1_ms=q1, q3_ms=q3,
+        min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered),
+        samples=len(ordered), timer=timer_name,
+    )
