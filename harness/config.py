@@ -78,7 +78,7 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
 
 def _build(cls: type, data: Any, path: str, prefix: str) -> Any:
     if not isinstance(data, Mapping):
-        where = f"key '{prefix}'" if prefix else "top level"
+        where = f"key '{prefix.rstrip('.')}'" if prefix else "top level"
         raise BadInput(path, f"{where} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)} - _NOT_KEYS

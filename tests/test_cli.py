@@ -1,0 +1,69 @@
+"""run_eval.py end to end: exit codes, bad input messages, the table, report and resume."""
+import json
+import os
+import subprocess
+import sys
+
+from harness import REPO_ROOT
+from conftest import FIXTURES, FIXTURE_SOLUTIONS
+
+FAST = str(FIXTURES / "configs" / "fast.yaml")
+
+
+def cli(*args, tmp_path):
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env=env, timeout=900)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_examples_family_on_cpu_exit_0_with_table(tmp_path):
+    rc, out, err = cli("--problem", "elementwise_add", "--config", FAST, "--results-dir", str(tmp_path),
+                       "--run-id", "r1", tmp_path=tmp_path)
+    assert rc == 0, out + err
+    header = next(line for line in out.splitlines() if line.startswith("problem"))
+    for column in ("solution", "status", "max abs err", "ms", "ref ms", "speedup"):
+        assert column in header
+    assert "cpp_add" in out and "skipped" in out  # cuda_add: needs a CUDA device
+    assert json.loads((tmp_path / "r1" / "elementwise_add__cpp_add.json").read_text())["status"] == "ok"
+    # report re-renders the stored run without running anything
+    rc, out, _ = cli("report", str(tmp_path / "r1"), "--format", "md", tmp_path=tmp_path)
+    assert rc == 0 and "| elementwise_add" in out and "| ok" in out
+    # resume: nothing left to run
+    rc, out, err = cli("--problem", "elementwise_add", "--config", FAST, "--results-dir", str(tmp_path),
+                       "--run-id", "r1", "--resume", tmp_path=tmp_path)
+    assert rc == 0 and "2 pair(s) already recorded, 0 to run" in out
+
+
+def test_failing_pair_exits_1(tmp_path):
+    rc, out, _ = cli("--problem", "elementwise_add", "--solution", str(FIXTURE_SOLUTIONS / "import_raises.py"),
+                     "--config", FAST, "--results-dir", str(tmp_path), tmp_path=tmp_path)
+    assert rc == 1 and "load_error" in out
+
+
+def _bad(tmp_path, *args):
+    rc, out, err = cli(*args, "--results-dir", str(tmp_path), tmp_path=tmp_path)
+    assert rc == 2, out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert not any(tmp_path.iterdir())  # nothing recorded
+    return lines[0]
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path):
+    line = _bad(tmp_path, "--problem", str(FIXTURES / "problems" / "no_get_inputs.py"),
+                "--solution", str(FIXTURE_SOLUTIONS / "cpp_ok.py"))
+    assert "no_get_inputs.py" in line and "get_inputs" in line
+    line = _bad(tmp_path, "--problem", "elementwise_add", "--solution", str(FIXTURE_SOLUTIONS / "no_modelnew.py"))
+    assert "no_modelnew.py" in line and "ModelNew" in line
+    line = _bad(tmp_path, "--problem", "elementwise_add", "--config", str(FIXTURES / "configs" / "unknown_key.yaml"))
+    assert "unknown_key.yaml" in line and "correctness.tolerence" in line
+    line = _bad(tmp_path, "--problem", "does_not_exist")
+    assert "--problem" in line and "does_not_exist" in line
+    line = _bad(tmp_path, "--problem", "elementwise_add", "--set", "timing.bogus=1")
+    assert "timing.bogus" in line
+
+
+def test_unknown_flag_value_is_usage_error(tmp_path):
+    rc, _, err = cli("--device", "tpu", tmp_path=tmp_path)
+    assert rc == 2 and "invalid choice" in err

@@ -1,0 +1,71 @@
+import dataclasses
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.config import Config, load_config, parse_override, with_overrides
+from harness.errors import BadInput
+from conftest import FIXTURES
+
+
+def test_default_yaml_matches_dataclass_defaults():
+    cfg = load_config(REPO_ROOT / "configs" / "default.yaml")
+    assert dataclasses.replace(cfg, source="x") == dataclasses.replace(Config(), source="x")
+
+
+def test_config_is_frozen():
+    cfg = load_config(None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 3
+
+
+def test_unknown_nested_key_names_file_and_key():
+    path = FIXTURES / "configs" / "unknown_key.yaml"
+    with pytest.raises(BadInput) as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+    assert "correctness.tolerence" in str(err.value)
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("devise: cuda\n")
+    with pytest.raises(BadInput, match="unknown key 'devise'"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("correctness:\n  trials: three\n", "correctness.trials' must be int"),
+    ("device: tpu\n", "device must be one of"),
+    ("timing: 5\n", "key 'timing' must be a mapping"),
+    ("correctness: {trials: 0}\n", "trials must be >= 1"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_bad_values_rejected(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        load_config(path)
+
+
+def test_missing_file():
+    with pytest.raises(BadInput, match="config file not found"):
+        load_config("/nonexistent/config.yaml")
+
+
+def test_int_accepted_for_float_and_partial_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("correctness:\n  atol: 1\n")
+    cfg = load_config(path)
+    assert cfg.correctness.atol == 1.0 and isinstance(cfg.correctness.atol, float)
+    assert cfg.correctness.trials == Config().correctness.trials
+    assert cfg.source == str(path)
+
+
+def test_overrides_are_applied_and_checked():
+    cfg = with_overrides(load_config(None), dict([parse_override("timing.min_samples=20"), ("device", "cpu")]))
+    assert cfg.timing.min_samples == 20 and cfg.device == "cpu"
+    with pytest.raises(BadInput, match="unknown config key 'timing.nope'"):
+        with_overrides(cfg, {"timing.nope": 1})
+    with pytest.raises(BadInput, match="must be int"):
+        with_overrides(cfg, {"timing.min_samples": "many"})

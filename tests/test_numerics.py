@@ -1,0 +1,46 @@
+import torch
+
+from harness.numerics import compare, ground_truth
+
+
+def test_exact_match_passes():
+    x = torch.rand(4, 5, dtype=torch.float64)
+    c = compare(x.float(), x, torch.float32, atol=1e-5, rtol=1e-5)
+    assert c.ok and c.mismatched == 0 and c.max_abs_error < 1e-7
+
+
+def test_shape_dtype_and_type_mismatch_messages():
+    truth = torch.zeros(2, 3, dtype=torch.float64)
+    assert "shape mismatch: got (3, 2), expected (2, 3)" in compare(torch.zeros(3, 2), truth, torch.float32, 1, 1).message
+    assert "dtype mismatch: got torch.float64, expected torch.float32" in compare(truth, truth, torch.float32, 1, 1).message
+    assert "expected a torch.Tensor" in compare([1], truth, torch.float32, 1, 1).message
+
+
+def test_worst_element_and_count_reported():
+    truth = torch.zeros(3, 4, dtype=torch.float64)
+    out = torch.zeros(3, 4)
+    out[2, 1] = 0.5
+    out[0, 0] = 0.1
+    c = compare(out, truth, torch.float32, atol=1e-3, rtol=1e-3)
+    assert not c.ok and c.mismatched == 2 and c.worst_index == (2, 1)
+    assert "worst at index [2, 1]" in c.message and c.max_abs_error == 0.5
+
+
+def test_nan_fails_unless_truth_has_it_too():
+    truth = torch.ones(4, dtype=torch.float64)
+    out = torch.ones(4)
+    out[1] = float("nan")
+    c = compare(out, truth, torch.float32, 1e-3, 1e-3)
+    assert not c.ok and "NaN/Inf" in c.message
+    truth[1] = float("nan")
+    assert compare(out, truth, torch.float32, 1e-3, 1e-3).ok
+
+
+def test_ground_truth_runs_in_float64():
+    torch.manual_seed(0)
+    model = torch.nn.ConvTranspose2d(3, 4, 3)
+    x = torch.rand(1, 3, 5, 5)
+    out, precision = ground_truth(model, [x], "cpu")
+    assert precision == "float64" and out.dtype == torch.float64
+    assert torch.allclose(out.float(), model(x), atol=1e-5)
+    assert model.weight.dtype == torch.float32  # the reference model itself is untouched

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from harness.errors import BadInput
+from harness.results import SCHEMA_VERSION, EvalResult, Status, TimingStats
+from harness.solutions import Pair, solution_from_path
+from harness.problems import problem_from_path
+from harness.store import Store, load_run
+from harness.timing import summarize
+from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS
+
+
+def make_result(status=Status.OK, **kw):
+    problem = problem_from_path(ADD_PROBLEM)
+    solution = solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py")
+    stats = summarize([1.0, 2.0, 3.0], "host").__dict__
+    return EvalResult(problem=problem.to_dict(), solution=solution.to_dict(), status=status, message="m",
+                      timing={"solution": stats, "reference": stats, "speedup": 1.0},
+                      correctness={"max_abs_error": 1e-7}, seeds={"init": 1, "trials": [2, 3]}, **kw)
+
+
+def test_round_trip_through_json():
+    result = make_result(Status.INCORRECT, detail="trace")
+    again = EvalResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    assert again.status is Status.INCORRECT
+    assert TimingStats.from_dict(again.timing["solution"]).median_ms == 2.0
+
+
+def test_unknown_schema_version_and_fields_rejected():
+    d = make_result().to_dict()
+    with pytest.raises(ValueError, match="schema_version"):
+        EvalResult.from_dict({**d, "schema_version": SCHEMA_VERSION + 1})
+    with pytest.raises(ValueError, match="unknown result fields"):
+        EvalResult.from_dict({**d, "surprise": 1})
+
+
+def test_store_writes_one_file_per_pair_and_resume_checks_content(tmp_path):
+    store = Store(tmp_path, "run1")
+    result = make_result()
+    path = store.write(result)
+    assert path.name == "elementwise_add__cpp_ok.json"
+    assert load_run(tmp_path / "run1") == [result]
+    pair = Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py"))
+    assert store.recorded(pair) == result
+    changed = Pair(pair.problem, solution_from_path(FIXTURE_SOLUTIONS / "cpp_wrong.py"))
+    assert store.recorded(changed) is None  # different solution: not recorded
+
+
+def test_corrupt_result_file_is_bad_input(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x__y.json").write_text("{not json")
+    with pytest.raises(BadInput, match="x__y.json"):
+        load_run(tmp_path / "run")
+
+
+def test_status_flags():
+    assert Status.OK.passed and not Status.INCORRECT.passed
+    assert not Status.SKIPPED.evaluated and Status.CRASHED.evaluated
