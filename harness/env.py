@@ -26,9 +26,13 @@ def _run(cmd: list[str], timeout: float = 10.0) -> str:
 
 
 def git_info() -> dict[str, Any]:
+    """The harness commit. A copy of the tree without .git (e.g. on a lent GPU machine) can
+    pass it in KB_GIT_COMMIT."""
     commit = _run(["git", "rev-parse", "HEAD"])
-    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"])) if commit else None
-    return {"commit": commit or None, "dirty": dirty}
+    if not commit:
+        return {"commit": os.environ.get("KB_GIT_COMMIT") or None, "dirty": None}
+    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"]))
+    return {"commit": commit, "dirty": dirty}
 
 
 def nvidia_smi() -> dict[str, Any]:
