@@ -9,7 +9,8 @@ from tabulate import tabulate
 
 from .results import EvalResult, Status
 
-COLUMNS = ["problem", "solution", "status", "max abs err", "ms", "ref ms", "speedup"]
+COLUMNS = ["problem", "solution", "status", "class", "max abs err", "ms", "ref ms", "ref fp32 ms", "speedup",
+           "flags"]
 
 
 def _ms(stats: dict | None) -> str:
@@ -22,14 +23,19 @@ def row(result: EvalResult) -> list[str]:
     t = result.timing or {}
     err = result.correctness.get("max_abs_error") if result.correctness else None
     speedup = t.get("speedup")
+    precision = result.correctness.get("precision") if result.correctness else None
+    vs = " (vs fp32)" if t.get("baseline") == "reference_fp32" else ""
     return [
         result.problem["id"],
         result.solution["name"],
         result.status.value,
+        precision or "-",
         f"{err:.2e}" if err is not None else "-",
         _ms(t.get("solution")),
         _ms(t.get("reference")),
-        f"{speedup:.2f}x" if speedup is not None and result.status is Status.OK else "-",
+        _ms(t.get("reference_fp32")),
+        f"{speedup:.2f}x{vs}" if speedup is not None and result.status in (Status.OK, Status.REJECTED) else "-",
+        ",".join(result.flags) or "-",
     ]
 
 

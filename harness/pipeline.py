@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import Config
+from .guards import timing_consistent
 from .isolation import Outcome, run_module
 from .results import EvalResult, Status
 from .solutions import Pair
@@ -23,9 +24,17 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-def make_seeds(base: int, trials: int) -> dict[str, Any]:
-    return {"base": base, "init": derive_seed(base, "init"),
-            "trials": [derive_seed(base, "trial", i) for i in range(trials)]}
+def make_seeds(base: int, secret: int, extra_shapes: list[dict], trials: int, extra_trials: int) -> dict[str, Any]:
+    """Construction uses one `init` seed (matched: the same before both constructors). Input seeds
+    mix in the run's secret, so inputs cannot be predicted from the repository. Shape 0 is the
+    benchmark shape; each extra shape overrides module-level constants of the problem."""
+    shapes = []
+    for index, overrides in enumerate([{}] + list(extra_shapes)):
+        count = trials if index == 0 else extra_trials
+        shapes.append({"overrides": dict(overrides),
+                       "trials": [derive_seed(base, secret, "input", index, t) for t in range(count)]})
+    return {"base": base, "secret": secret, "init": derive_seed(base, "init"), "shapes": shapes,
+            "timing": [derive_seed(base, secret, "timing", j) for j in range(2)]}
 
 
 @dataclass(frozen=True)
@@ -36,12 +45,15 @@ class RunContext:
     arch: str                       # "9.0" or "cpu": part of the build key
     cache_dir: Path
     work_root: Path
+    secret: int = 0                 # this run's secret seed
     build_threads: int = 1          # MAX_JOBS for each build worker
     env: dict[str, Any] = field(default_factory=dict)
+    extra_shapes: dict[str, list] = field(default_factory=dict)  # problem id -> overrides
 
-    @property
-    def seeds(self) -> dict[str, Any]:
-        return make_seeds(self.cfg.seed, self.cfg.correctness.trials)
+    def seeds_for(self, pair: Pair) -> dict[str, Any]:
+        c = self.cfg.correctness
+        return make_seeds(self.cfg.seed, self.secret, self.extra_shapes.get(pair.problem.id, []),
+                          c.trials, c.extra_shape_trials)
 
 
 def _now() -> str:
@@ -58,9 +70,10 @@ def _worker_env(ctx: RunContext) -> dict[str, str]:
 
 
 def _request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
+    cfg = ctx.cfg.to_dict()
     return {"mode": mode, "problem_path": str(pair.problem.path), "solution_path": str(pair.solution.path),
-            "device": ctx.device, "arch": ctx.arch, "cache_dir": str(ctx.cache_dir), "seeds": ctx.seeds,
-            "timing": ctx.cfg.to_dict()["timing"]}
+            "device": ctx.device, "arch": ctx.arch, "cache_dir": str(ctx.cache_dir), "seeds": ctx.seeds_for(pair),
+            "timing": cfg["timing"], "checks": cfg["checks"]}
 
 
 def _build_info(outcome: Outcome) -> dict[str, Any]:
@@ -92,6 +105,7 @@ class PairRun:
         self.started = _now()
         self.build: dict[str, Any] = {"extensions": [], "log": ""}
         self.work_dir = ctx.work_root / f"{pair.problem.id}__{pair.solution.name}"
+        self.seeds = ctx.seeds_for(pair)
 
     def result(self, status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
         shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -100,7 +114,7 @@ class PairRun:
         return EvalResult(
             problem=self.pair.problem.to_dict(), solution=self.pair.solution.to_dict(), status=status,
             message=message, run_id=self.ctx.run_id, detail=detail, phase=phase, build=self.build,
-            seeds=self.ctx.seeds, config=self.ctx.cfg.to_dict(), env=fields.pop("env", self.ctx.env),
+            seeds=self.seeds, config=self.ctx.cfg.to_dict(), env=fields.pop("env", self.ctx.env),
             started_at=self.started, finished_at=finished,
             duration_s=round((dt.datetime.fromisoformat(finished) - start).total_seconds(), 3), **fields)
 
@@ -135,30 +149,74 @@ class PairRun:
         if "error" in report:
             return self.result(Status.HARNESS_ERROR, f"ground truth failed: {report['error']}", report.get("detail", ""),
                                "judge", env=env, timing=timing)
-        correctness = {k: v for k, v in report.items()}
-        if report["ok"]:
-            return self.result(Status.OK, report["message"], phase="done", env=env, timing=timing,
-                               correctness=correctness)
-        trial = report["failed_trial"]
-        seed = ctx.seeds["trials"][trial] if trial is not None else None
-        return self.result(Status.INCORRECT, f"trial {trial} (seed {seed}): {report['message']}", phase="judge",
-                           env=env, timing=timing, correctness=correctness)
+        profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k != "event"}
+        weights = report.get("weight_diagnostics") or []
+        correctness = dict(report)
+        if not report["ok"]:
+            failed = report["failed"] or {}
+            where = (f"{failed.get('kind', 'trial')} {failed.get('trial')} (seed {failed.get('seed')}"
+                     + (f", shape overrides {failed['overrides']}" if failed.get("overrides") else "") + ")")
+            message = f"{where}: {report['message']}"
+            if weights:
+                message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
+            return self.result(Status.INCORRECT, message, phase="judge", env=env, timing=timing,
+                               correctness=correctness, profile=profile)
+        precision = report["precision"]
+        timing = self._speedup(timing, precision)
+        flags, failures = self._flags(timing, profile)
+        message = f"{precision} class; {report['message']}"
+        if weights:
+            message += f"; note: weights differ from the reference ({'; '.join(weights)})"
+        if flags:
+            message += "; flagged: " + ", ".join(flags)
+        status = Status.REJECTED if failures else Status.OK
+        if failures:
+            message = f"rejected ({', '.join(failures)}): {message}"
+        return self.result(status, message, phase="done", env=env, timing=timing, correctness=correctness,
+                           profile=profile, flags=tuple(flags))
+
+    def _speedup(self, timing: dict[str, Any], precision: str) -> dict[str, Any]:
+        """A tf32-class result is compared with PyTorch defaults, an fp32-class one with TF32 off."""
+        baseline = "reference_fp32" if precision == "fp32" else "reference"
+        timing = dict(timing)
+        if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
+            timing["baseline"] = baseline
+            timing["speedup"] = timing[baseline]["median_ms"] / timing["solution"]["median_ms"]
+        return timing
+
+    def _flags(self, timing: dict[str, Any], profile: dict[str, Any]) -> tuple[list[str], list[str]]:
+        checks = self.ctx.cfg.checks
+        flags, failures = [], []
+        if profile and profile.get("share", 0.0) > checks.library_share:
+            flags.append("library_passthrough")
+            if checks.library_passthrough == "fail":
+                failures.append("library_passthrough")
+        if "event_median_ms" in (timing.get("solution") or {}):
+            flags.append("timing_inconsistent")
+            if checks.timing_consistency == "fail":
+                failures.append("timing_inconsistent")
+        return flags, failures
 
     def _timing(self, outcome: Outcome) -> dict[str, Any]:
         timing: dict[str, Any] = {}
         for event in outcome.all("timing"):
-            timing[event["role"]] = event["stats"]
-        if "reference" in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
-            timing["speedup"] = timing["reference"]["median_ms"] / timing["solution"]["median_ms"]
+            stats = dict(event["stats"])
+            if "wall_median_ms" in stats and not timing_consistent(stats["median_ms"], stats["wall_median_ms"]):
+                stats["event_median_ms"] = stats["median_ms"]  # not trusted: report the wall time
+                stats["median_ms"] = stats["wall_median_ms"]
+            timing[event["role"]] = stats
         return timing
 
     def _judge(self, outcome: Outcome) -> dict[str, Any]:
         import json
         ctx = self.ctx
         report_path = self.work_dir / "judge" / "report.json"
-        request = {"problem_path": str(self.pair.problem.path), "device": ctx.device, "seeds": ctx.seeds,
+        correctness = ctx.cfg.to_dict()["correctness"]
+        state = outcome.last("state")
+        request = {"problem_path": str(self.pair.problem.path), "device": ctx.device, "seeds": self.seeds,
                    "outputs": outcome.all("output"), "report_path": str(report_path),
-                   "tolerance": {"atol": ctx.cfg.correctness.atol, "rtol": ctx.cfg.correctness.rtol}}
+                   "state_path": state["path"] if state else None,
+                   "tolerances": {"fp32": correctness["fp32"], "tf32": correctness["tf32"]}}
         judged = run_module("harness.judge", request, self.work_dir / "judge", limit_s=ctx.cfg.timeouts.judge_s,
                             env={} if ctx.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})
         if judged.timed_out:

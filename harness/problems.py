@@ -177,3 +177,18 @@ def construct(cls, init_inputs: list, seed: int, device):
     torch.manual_seed(seed)
     args = [v.to(device) if isinstance(v, torch.Tensor) else v for v in init_inputs]
     return cls(*args).to(device)
+
+
+def extra_shapes_for(problem: Problem, mapping: dict, where: str) -> list[dict]:
+    """Extra correctness shapes from the config: keys are a problem id, its number or its family.
+    Each override must name an existing module-level constant of the problem."""
+    keys = {problem.id, _short_id(problem.id), problem.family, f"{problem.family}/{problem.id}"}
+    shapes = [dict(s) for key, value in mapping.items() if key in keys for s in value]
+    if shapes:
+        module = load_problem(problem)
+        for shape in shapes:
+            unknown = [k for k in shape if not hasattr(module, k)]
+            if unknown:
+                raise BadInput(where, f"correctness.extra_shapes for {problem.id}: {', '.join(unknown)} "
+                                      f"is not a module-level constant of {_display(problem.path)}")
+    return shapes

@@ -2,6 +2,8 @@
 
 Schema history (bump SCHEMA_VERSION on any incompatible change):
   1  first version: one JSON per (problem, solution) pair.
+  2  precision classes (correctness.precision), per-class baselines (timing.reference_fp32,
+     timing.baseline), flags (library passthrough, timing inconsistency), profile, status rejected.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Status(str, enum.Enum):
@@ -22,6 +24,7 @@ class Status(str, enum.Enum):
     OOM = "out_of_memory"          # the device (or host) ran out of memory
     TIMEOUT = "timeout"            # a phase ran past its wall-clock limit; the worker was killed
     CRASHED = "crashed"            # the worker died (signal, abort) without reporting
+    REJECTED = "rejected"          # correct, but a check set to "fail" tripped (e.g. library passthrough)
     SKIPPED = "skipped"            # not evaluated, with the reason in the message
     HARNESS_ERROR = "harness_error"  # the harness itself failed (e.g. reference could not run)
 
@@ -63,6 +66,8 @@ class EvalResult:
     detail: str = ""                 # full traceback / compiler log / worker log tail
     phase: str = ""                  # phase in which the pair ended (build, load, construct, correctness, timing, judge)
     correctness: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()      # e.g. ("library_passthrough",): shown in the table
+    profile: Mapping[str, Any] = field(default_factory=dict)  # library share and top kernels
     timing: Mapping[str, Any] = field(default_factory=dict)   # solution/reference TimingStats dicts, speedup
     build: Mapping[str, Any] = field(default_factory=dict)
     seeds: Mapping[str, Any] = field(default_factory=dict)
@@ -97,6 +102,7 @@ class EvalResult:
             raise ValueError(f"unknown result fields: {sorted(unknown)}")
         kwargs = dict(d)
         kwargs["status"] = Status(d["status"])
+        kwargs["flags"] = tuple(d.get("flags", ()))
         return cls(**kwargs)
 
 

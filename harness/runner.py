@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -12,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from . import REPO_ROOT
+from . import REPO_ROOT, problems
 from .build import default_cache_dir
 from .config import Config
 from .env import git_info
@@ -40,9 +41,10 @@ def probe_device(requested: str) -> dict:
 def _describe(result: EvalResult) -> str:
     t = result.timing or {}
     parts = [result.status.value]
-    if result.status.value == "ok" and "solution" in t:
-        parts.append(f"{t['solution']['median_ms']:.3f} ms vs {t['reference']['median_ms']:.3f} ms ref "
-                     f"({t.get('speedup', 0):.2f}x)")
+    if "speedup" in t:
+        base = t[t["baseline"]]
+        parts.append(f"{t['solution']['median_ms']:.3f} ms vs {base['median_ms']:.3f} ms "
+                     f"{'ref' if t['baseline'] == 'reference' else 'ref (TF32 off)'} ({t['speedup']:.2f}x)")
     parts.append(result.message)
     return "  ".join(parts)
 
@@ -72,11 +74,16 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
     if done:
         out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
 
+    secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
+    extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes, cfg.source)
+             for p in pairs}
+    store.write_manifest({"secret_seed": secret})
     total = len(pairs)
     with tempfile.TemporaryDirectory(prefix="kb-harness-") as work:
         workers = max(1, min(jobs, len(pending)))
         ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
-                         work_root=Path(work), build_threads=max(1, cores // workers), env=base_env)
+                         work_root=Path(work), secret=secret, build_threads=max(1, cores // workers),
+                         env=base_env, extra_shapes=extra)
         runs = {id(p): PairRun(ctx, p) for p in pending}
 
         def record(result: EvalResult) -> None:

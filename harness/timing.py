@@ -75,12 +75,16 @@ class CudaEventTimer:
 
 
 def sample(fn: Callable[[], object], timer: Callable[[Callable[[], object]], float],
-           rule: StoppingRule, warmup: int) -> list[float]:
+           rule: StoppingRule, warmup: int, before: Callable[[], None] | None = None) -> list[float]:
+    """Warm up, then time `fn` until `rule` says stop. `before` runs (untimed) before each call."""
+    before = before or (lambda: None)
     for _ in range(warmup):
+        before()
         timer(fn)
     samples: list[float] = []
     wall0 = time.perf_counter()
     while True:
+        before()
         samples.append(timer(fn))
         if rule.done(len(samples), sum(samples) / 1e3, time.perf_counter() - wall0):
             return samples

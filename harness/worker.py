@@ -21,9 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from .build import BuildError, NeedsCuda, install_hook
+from .env import collect
 from .events import EventWriter
+from .guards import aliased_input, cpu_op_share, library_share, poison_free_memory, tensor_digest
 from .problems import exception_location, load_module, make_inputs, construct
 from .results import Status
+# Bound before any solution is imported: a solution that patches harness.timing or
+# harness.guards afterwards does not change what the worker calls.
+from .timing import CudaEventTimer, HostTimer, StoppingRule, sample, summarize
 
 _NO_CUDA_MARKERS = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
                     "No CUDA GPUs are available", "CUDA driver initialization failed")
@@ -63,7 +68,10 @@ class Worker:
         self.events = EventWriter(Path(request["events_path"]))
         self.solution_path = Path(request["solution_path"])
         self.device = request["device"]
+        self.out_dir = Path(request["work_dir"])
         self.phase = "setup"
+        self.saved = 0
+        self.hint_bytes = 0   # largest input/output seen: sizes the poisoned block
 
     def set_phase(self, phase: str, **fields: Any) -> None:
         self.phase = phase
@@ -88,65 +96,168 @@ class Worker:
             raise Failure(Status.LOAD_ERROR, f"{self.solution_path}: defines no ModelNew")
         return model_new
 
-    def time_fn(self, fn) -> dict:
-        from .timing import CudaEventTimer, HostTimer, StoppingRule, sample, summarize
-        t = self.req["timing"]
-        rule = StoppingRule(t["min_samples"], t["max_samples"], t["min_time_s"], t["max_time_s"])
-        timer = CudaEventTimer(self.device, t["flush_l2"]) if self.device == "cuda" else HostTimer()
-        samples = sample(fn, timer, rule, t["warmup"])
-        stats = summarize(samples, timer.name).__dict__
-        if isinstance(timer, CudaEventTimer):
-            stats["wall_median_ms"] = sorted(timer.wall_ms)[len(timer.wall_ms) // 2]
-        return stats
-
     def run_build(self) -> None:
         self.load_solution()
 
+    # -- timing ---------------------------------------------------------------------------
+    def sync(self) -> None:
+        import torch
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def time_model(self, model, problem, checked_calls: int = 0) -> tuple[dict, list]:
+        """Time `model` on inputs refreshed IN PLACE before every call (untimed) from a pool of
+        fresh input sets, so a cache keyed on pointer or shape returns stale results. The last
+        `checked_calls` timed calls run on poisoned memory and their outputs are returned
+        (with the pool seed and the inputs after the call) for the judge."""
+        import torch
+        t = self.req["timing"]
+        seeds = self.req["seeds"]["timing"]
+        pool = [make_inputs(problem, seed, self.device) for seed in seeds]
+        live = [x.clone() if isinstance(x, torch.Tensor) else x for x in pool[0]]
+        state = {"index": 0, "out": None}
+
+        def refresh() -> None:
+            state["index"] = (state["index"] + 1) % len(pool)
+            for dst, src in zip(live, pool[state["index"]]):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+
+        def call() -> None:
+            state["out"] = None
+            state["out"] = model(*live)
+
+        rule = StoppingRule(t["min_samples"], t["max_samples"], t["min_time_s"], t["max_time_s"])
+        timer = CudaEventTimer(self.device, t["flush_l2"]) if self.device == "cuda" else HostTimer()
+        samples = sample(call, timer, rule, t["warmup"], before=refresh)
+        checked = []
+        for _ in range(checked_calls):
+            refresh()
+            if self.req["checks"]["poison"]:
+                state["out"] = None
+                poison_free_memory(self.device, self.hint_bytes)
+            samples.append(timer(call))
+            checked.append({"seed": seeds[state["index"]], "out": state["out"],
+                            "alias": aliased_input(state["out"], live),
+                            "inputs": [tensor_digest(x) for x in live]})
+        stats = summarize(samples, timer.name).__dict__
+        if isinstance(timer, CudaEventTimer):
+            walls = sorted(timer.wall_ms)
+            stats["wall_median_ms"] = walls[len(walls) // 2]
+        del pool, live, state
+        return stats, checked
+
+    def time_reference(self, problem, init_inputs) -> None:
+        import torch
+        seeds = self.req["seeds"]
+        reference = construct(problem.Model, init_inputs, seeds["init"], self.device)
+        stats, _ = self.time_model(reference, problem)
+        self.events.emit("timing", role="reference", stats=stats)
+        if self.device == "cuda":  # the strict-fp32 baseline: TF32 disabled everywhere
+            saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            try:
+                stats, _ = self.time_model(reference, problem)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        self.events.emit("timing", role="reference_fp32", stats=stats)
+        out = reference(*make_inputs(problem, seeds["timing"][0], self.device))
+        self.hint_bytes = max(self.hint_bytes, out.numel() * out.element_size())
+
+    # -- outputs ----------------------------------------------------------------------------
+    def save_output(self, out: Any, inputs: list, alias: int | None = None, **fields: Any) -> None:
+        """Save the output, and digests of the inputs as they are after the call, for the judge.
+        `inputs` may be tensors or their digests (already taken)."""
+        import torch
+        self.saved += 1
+        meta: dict[str, Any] = {"type": type(out).__name__, "plain": type(out) is torch.Tensor,
+                                "device": None, "path": None,
+                                "alias": alias if alias is not None else aliased_input(out, inputs)}
+        if isinstance(out, torch.Tensor):
+            path = self.out_dir / f"out_{self.saved}.pt"
+            torch.save(out.detach().to("cpu", copy=True), path)
+            meta.update(device=str(out.device), path=str(path))
+            self.hint_bytes = max(self.hint_bytes, out.numel() * out.element_size())
+        digests = [x if isinstance(x, str) else tensor_digest(x) if isinstance(x, torch.Tensor) else None
+                   for x in inputs]
+        self.events.emit("output", **fields, **meta, input_digests=digests)
+
+    def save_state(self, model) -> None:
+        import torch
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        path = self.out_dir / "state.pt"
+        torch.save(state, path)
+        self.events.emit("state", path=str(path))
+
+    def profile(self, model, problem) -> None:
+        """One profiled call: which kernels (GPU) or ATen ops (CPU) did the work."""
+        import time
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+        inputs = make_inputs(problem, self.req["seeds"]["timing"][0], self.device)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            model(*inputs)
+            self.sync()
+            wall_us = (time.perf_counter() - start) * 1e6
+        if self.device == "cuda":
+            kernels = [(e.name, float(getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)))
+                       for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+            summary = library_share(kernels)
+        else:
+            ops = [(e.name, float(e.self_cpu_time_total)) for e in prof.events()]
+            summary = cpu_op_share(ops, wall_us)
+        self.events.emit("profile", **summary)
+
+    # -- the evaluation -----------------------------------------------------------------------
     def run_eval(self) -> None:
         import torch
-        from .env import collect
         seeds = self.req["seeds"]
         problem = load_module(Path(self.req["problem_path"]))
-        init_inputs = list(problem.get_init_inputs())
+        originals = {k: getattr(problem, k) for shape in seeds["shapes"] for k in shape["overrides"]}
         self.events.emit("env", env=collect(self.device))
 
         self.set_phase("reference")
         with torch.no_grad():
-            inputs = make_inputs(problem, seeds["trials"][0], self.device)
-            reference = construct(problem.Model, init_inputs, seeds["init"], self.device)
-            stats = self.time_fn(lambda: reference(*inputs))
-        self.events.emit("timing", role="reference", stats=stats)
-        del reference, inputs
+            self.time_reference(problem, list(problem.get_init_inputs()))
         self.empty_cache()
 
         model_new = self.load_solution()
-        self.set_phase("construct")
-        solution = construct(model_new, init_inputs, seeds["init"], self.device)
+        benchmark_model = None
+        for shape_index, shape in enumerate(seeds["shapes"]):
+            for key, value in {**originals, **shape["overrides"]}.items():
+                setattr(problem, key, value)
+            self.set_phase("construct", shape=shape_index)
+            solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device)
+            if shape_index == 0:
+                self.save_state(solution)
+            self.set_phase("correctness", shape=shape_index)
+            with torch.no_grad():
+                for trial, seed in enumerate(shape["trials"]):
+                    inputs = make_inputs(problem, seed, self.device)
+                    if self.req["checks"]["poison"]:
+                        poison_free_memory(self.device, self.hint_bytes)
+                    out = solution(*inputs)
+                    self.sync()
+                    self.save_output(out, inputs, kind="trial", shape=shape_index, trial=trial, seed=seed)
+                    del out, inputs
+            if shape_index == 0:
+                benchmark_model = solution
+            del solution
+        for key, value in originals.items():
+            setattr(problem, key, value)
 
-        self.set_phase("correctness")
-        out_dir = Path(self.req["work_dir"])
+        self.set_phase("timing")
         with torch.no_grad():
-            for i, seed in enumerate(seeds["trials"]):
-                inputs = make_inputs(problem, seed, self.device)
-                out = solution(*inputs)
-                if self.device == "cuda":
-                    torch.cuda.synchronize()
-                self.save_output(out, out_dir / f"out_{i}.pt", trial=i, seed=seed)
-                del out, inputs
-
-            self.set_phase("timing")
-            inputs = make_inputs(problem, seeds["trials"][0], self.device)
-            stats = self.time_fn(lambda: solution(*inputs))
-        self.events.emit("timing", role="solution", stats=stats)
-
-    def save_output(self, out: Any, path: Path, **fields: Any) -> None:
-        import torch
-        if isinstance(out, torch.Tensor):
-            torch.save(out.detach().to("cpu").clone(), path)
-            meta = {"type": type(out).__name__, "device": str(out.device), "path": str(path)}
-        else:
-            meta = {"type": type(out).__name__, "device": None, "path": None}
-        self.events.emit("output", **fields, **meta)
+            stats, checked = self.time_model(benchmark_model, problem, self.req["checks"]["timed_output_checks"])
+            self.events.emit("timing", role="solution", stats=stats)
+            for i, item in enumerate(checked):
+                self.save_output(item["out"], item["inputs"], item["alias"], kind="timed", shape=0, trial=i,
+                                 seed=item["seed"])
+            del checked
+            self.set_phase("profile")
+            self.profile(benchmark_model, problem)
 
     def empty_cache(self) -> None:
         import torch

@@ -9,8 +9,11 @@ from conftest import FIXTURES
 
 
 def test_default_yaml_matches_dataclass_defaults():
+    """configs/default.yaml spells out the defaults, plus the problems' extra correctness shapes."""
     cfg = load_config(REPO_ROOT / "configs" / "default.yaml")
-    assert dataclasses.replace(cfg, source="x") == dataclasses.replace(Config(), source="x")
+    assert set(cfg.correctness.extra_shapes) >= {"57", "65", "69", "71", "75", "78", "81", "901", "902"}
+    plain = dataclasses.replace(cfg, source="x", correctness=dataclasses.replace(cfg.correctness, extra_shapes={}))
+    assert plain == dataclasses.replace(Config(), source="x")
 
 
 def test_config_is_frozen():
@@ -55,9 +58,10 @@ def test_missing_file():
 
 def test_int_accepted_for_float_and_partial_file(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("correctness:\n  atol: 1\n")
+    path.write_text("correctness:\n  fp32: {atol: 1}\n")
     cfg = load_config(path)
-    assert cfg.correctness.atol == 1.0 and isinstance(cfg.correctness.atol, float)
+    assert cfg.correctness.fp32.atol == 1.0 and isinstance(cfg.correctness.fp32.atol, float)
+    assert cfg.correctness.fp32.rel_l2 == Config().correctness.fp32.rel_l2  # partial: the rest from defaults
     assert cfg.correctness.trials == Config().correctness.trials
     assert cfg.source == str(path)
 
@@ -69,3 +73,15 @@ def test_overrides_are_applied_and_checked():
         with_overrides(cfg, {"timing.nope": 1})
     with pytest.raises(BadInput, match="must be int"):
         with_overrides(cfg, {"timing.min_samples": "many"})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("correctness:\n  extra_shapes: {'57': {batch_size: 1}}\n", "must be a list of non-empty mappings"),
+    ("checks: {library_passthrough: warn}\n", "must be 'flag' or 'fail'"),
+    ("correctness:\n  fp32: {atol: 1, rtoll: 2}\n", "unknown key 'correctness.fp32.rtoll'"),
+])
+def test_numerics_and_checks_keys_validated(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        load_config(path)

@@ -44,7 +44,7 @@ def test_correct_cpp_solution_passes_with_timing(cpu_run):
     assert r.correctness["max_abs_error"] < 1e-6 and r.correctness["ground_truth"] == "float64"
     assert r.timing["solution"]["timer"] == "host" and r.timing["solution"]["samples"] >= 3
     assert r.timing["reference"]["median_ms"] > 0 and r.timing["speedup"] > 0
-    assert len(r.seeds["trials"]) == 2 and r.seeds["init"] >= 0
+    assert len(r.seeds["shapes"][0]["trials"]) == 2 and r.seeds["init"] >= 0
     assert r.env["torch"] and r.env["device"] == "cpu" and "git" in r.env
     assert r.build["extensions"][0]["name"] == "fixture_add_variants"
     assert r.config["correctness"]["trials"] == 2

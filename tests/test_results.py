@@ -16,8 +16,10 @@ def make_result(status=Status.OK, **kw):
     solution = solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py")
     stats = summarize([1.0, 2.0, 3.0], "host").__dict__
     return EvalResult(problem=problem.to_dict(), solution=solution.to_dict(), status=status, message="m",
-                      timing={"solution": stats, "reference": stats, "speedup": 1.0},
-                      correctness={"max_abs_error": 1e-7}, seeds={"init": 1, "trials": [2, 3]}, **kw)
+                      timing={"solution": stats, "reference": stats, "reference_fp32": stats, "speedup": 1.0,
+                              "baseline": "reference_fp32"},
+                      correctness={"max_abs_error": 1e-7, "precision": "fp32"}, seeds={"init": 1, "trials": [2, 3]},
+                      flags=("library_passthrough",), **kw)
 
 
 def test_round_trip_through_json():

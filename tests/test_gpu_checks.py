@@ -1,0 +1,84 @@
+"""GPU red team and calibration (skipped without CUDA)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import REPO_ROOT, problems
+from harness.config import load_config, with_overrides
+from harness.numerics import compare
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+pytestmark = pytest.mark.gpu
+CFG = load_config(None).correctness
+
+
+def test_cudnn_default_is_tf32_class_and_strict_is_fp32_class():
+    torch.manual_seed(0)
+    x = torch.rand(8, 64, 128, 128, device="cuda")
+    w = torch.nn.ConvTranspose2d(64, 64, 3).weight.detach().cuda()
+    truth = F.conv_transpose2d(x.double(), w.double())
+    default = F.conv_transpose2d(x, w)  # PyTorch default: cuDNN may use TF32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        strict = F.conv_transpose2d(x, w)
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+    c = compare(strict, truth, torch.float32, CFG.fp32)
+    assert c.ok and c.margin >= 10, c.message
+    assert not compare(default, truth, torch.float32, CFG.fp32).ok
+    c = compare(default, truth, torch.float32, CFG.tf32)
+    assert c.ok and c.margin >= 5, c.message
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"device": "cuda", "results_dir": str(tmp_path_factory.mktemp("r")), "timeouts.run_s": 300})
+    add = problems.problem_from_path(ADD_PROBLEM)
+    p71 = problems.select("71")[0]
+    pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
+             for n in ("cheat_empty", "cheat_elapsed_time", "cheat_pointer_cache", "cheat_monkeypatch")]
+    pairs += [Pair(p71, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
+              for n in ("cheat_side_stream", "cheat_reference_output")]
+    pairs.append(Pair(p71, solution_from_path(REPO_ROOT / "solutions" / "conv_transpose2d" / p71.id / "direct.py")))
+    results = evaluate(pairs, cfg, run_id="gpu-redteam", out=print)
+    return {r.solution["name"]: r for r in results}
+
+
+def test_unwritten_output_reads_as_poison(gpu_run):
+    r = gpu_run["cheat_empty"]
+    assert r.status is Status.INCORRECT and "NaN/Inf" in r.message, r.message
+
+
+def test_patched_event_timer_is_flagged_and_wall_time_used(gpu_run):
+    r = gpu_run["cheat_elapsed_time"]
+    assert "timing_inconsistent" in r.flags, r.message
+    assert r.timing["solution"]["median_ms"] > 0.002  # the wall time, not the patched 1 us
+
+
+def test_pointer_cache_and_monkeypatch_fail_on_gpu(gpu_run):
+    assert gpu_run["cheat_pointer_cache"].status is Status.INCORRECT
+    assert gpu_run["cheat_monkeypatch"].status is Status.INCORRECT
+
+
+def test_side_stream_work_is_counted(gpu_run):
+    r = gpu_run["cheat_side_stream"]
+    assert r.status is Status.OK and "library_passthrough" in r.flags, r.message
+    assert r.timing["speedup"] < 1.5, r.timing  # the real cuDNN time, not an empty stream
+
+
+def test_cudnn_passthrough_is_tf32_and_flagged(gpu_run):
+    r = gpu_run["cheat_reference_output"]
+    assert r.status is Status.OK and r.correctness["precision"] == "tf32", r.message
+    assert "library_passthrough" in r.flags and r.profile["share"] > 0.9
+    assert any(k["library"] for k in r.profile["top"])
+
+
+def test_direct_kernel_is_fp32_and_not_flagged(gpu_run):
+    r = gpu_run["direct"]
+    assert r.status is Status.OK and r.correctness["precision"] == "fp32", r.message
+    assert not r.flags and r.timing["baseline"] == "reference_fp32"
+    assert r.correctness["checked"]["shapes"] == 1 and r.correctness["checked"]["timed"] == 2

@@ -1,0 +1,99 @@
+"""Red team on the CPU: every cheat fixture is caught, the true positives pass in their class,
+and the weight diagnostics and extra shapes say what is wrong. One run, one build."""
+import pytest
+
+from harness import REPO_ROOT
+from harness.config import load_config, with_overrides
+from harness.problems import problem_from_path
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+ADD = ["cpp_ok", "cpp_tf32", "cheat_monkeypatch", "cheat_pointer_cache", "cheat_empty", "cheat_mutate_input",
+       "cheat_inplace_alias", "cheat_zeros", "cheat_reference_output"]
+CONV = ["ct2d_weight_layout", "ct2d_init_order", "ct2d_fixed_batch", "cheat_reference_output"]
+P902 = REPO_ROOT / "problems" / "conv_transpose2d" / "902_conv_transpose2d_odd_unaligned.py"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    results_dir = tmp_path_factory.mktemp("results")
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(results_dir)})
+    add, conv = problem_from_path(ADD_PROBLEM), problem_from_path(P902)
+    pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ADD]
+    pairs += [Pair(conv, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in CONV]
+    results = evaluate(pairs, cfg, run_id="redteam", out=lambda line: None)
+    return {(r.problem["id"], r.solution["name"]): r for r in results}
+
+
+def add(run, name):
+    return run[("elementwise_add", name)]
+
+
+def conv(run, name):
+    return run[("902_conv_transpose2d_odd_unaligned", name)]
+
+
+def test_fp32_kernel_is_fp32_class(run):
+    r = add(run, "cpp_ok")
+    assert r.status is Status.OK and r.correctness["precision"] == "fp32"
+    assert r.timing["baseline"] == "reference_fp32" and not r.flags
+    assert r.correctness["checked"] == {"trials": 2, "timed": 2, "shapes": 1}
+
+
+def test_tf32_kernel_is_tf32_class(run):
+    r = add(run, "cpp_tf32")
+    assert r.status is Status.OK and r.correctness["precision"] == "tf32", r.message
+    assert r.timing["baseline"] == "reference"
+
+
+@pytest.mark.parametrize("name", ["cheat_monkeypatch", "cheat_empty", "cheat_zeros"])
+def test_wrong_outputs_fail_whatever_they_patch(run, name):
+    r = add(run, name)
+    assert r.status is Status.INCORRECT, r.message
+    assert "rel L2" in r.message
+
+
+def test_pointer_cache_is_caught_by_checked_timed_calls(run):
+    r = add(run, "cheat_pointer_cache")
+    assert r.status is Status.INCORRECT
+    assert r.correctness["failed"]["kind"] in ("trial", "timed")
+
+
+def test_mutated_input_and_alias_are_caught(run):
+    assert add(run, "cheat_mutate_input").status is Status.INCORRECT
+    assert "input 0 was modified" in add(run, "cheat_mutate_input").message
+    assert "shares memory with input 0" in add(run, "cheat_inplace_alias").message
+
+
+def test_reference_passthrough_is_flagged(run):
+    for r in (add(run, "cheat_reference_output"), conv(run, "cheat_reference_output")):
+        assert r.status is Status.OK and "library_passthrough" in r.flags, r.message
+        assert r.profile["share"] > 0.5
+
+
+def test_weight_layout_diagnostic_comes_first(run):
+    r = conv(run, "ct2d_weight_layout")
+    assert r.status is Status.INCORRECT
+    assert r.message.startswith("weights differ from the reference")
+    assert "(7, 3, 5, 3)" in r.message and "(3, 7, 5, 3)" in r.message
+    assert "(in_channels, out_channels/groups, kh, kw)" in r.message
+
+
+def test_init_order_diagnostic(run):
+    r = conv(run, "ct2d_init_order")
+    assert r.status is Status.INCORRECT
+    assert "different values" in r.message and "init order" in r.message
+
+
+def test_extra_shape_catches_a_benchmark_only_solution(run):
+    r = conv(run, "ct2d_fixed_batch")
+    assert r.status is Status.INCORRECT
+    assert "shape overrides" in r.message and "batch_size" in r.message
+    assert r.correctness["checked"]["shapes"] == 2
+
+
+def test_seeds_recorded_with_secret(run):
+    r = add(run, "cpp_ok")
+    assert r.seeds["secret"] >= 0 and len(r.seeds["shapes"][0]["trials"]) == 2 and len(r.seeds["timing"]) == 2
