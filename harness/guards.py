@@ -89,7 +89,7 @@ def poison_free_memory(device: str, hint_bytes: int) -> int:
 def timing_consistent(event_median_ms: float, wall_median_ms: float) -> bool:
     """CUDA-event time (device synchronized before the end event) should match the host's wall
     time of the same calls; far less means the event timing was tampered with."""
-    return event_median_ms >= 0.7 * wall_median_ms - 0.05
+    return event_median_ms >= 0.7 * wall_median_ms - 0.02
 
 
 def tensor_digest(t) -> str:

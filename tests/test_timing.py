@@ -30,3 +30,10 @@ def test_sample_runs_warmup_then_stops():
 def test_host_timer_measures():
     ms = HostTimer()(lambda: time.sleep(0.02))
     assert 15.0 <= ms <= 200.0
+
+
+def test_timing_consistency_rule():
+    from harness.guards import timing_consistent
+    assert timing_consistent(1.00, 1.02) and timing_consistent(0.025, 0.045)
+    assert not timing_consistent(0.001, 0.04)       # patched event timer on a tiny kernel
+    assert not timing_consistent(0.5, 5.0)          # work the events did not see
