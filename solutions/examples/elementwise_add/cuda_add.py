@@ -5,6 +5,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
 
 __global__ void add_kernel(const float* __restrict__ a, const float* __restrict__ b,
                            float* __restrict__ out, int64_t n) {
