@@ -69,21 +69,28 @@ def aliased_input(out: Any, inputs: Sequence[Any]) -> int | None:
 
 
 def poison_free_memory(device: str, hint_bytes: int) -> int:
-    """Return the CUDA caching allocator's free memory to the driver, then allocate one block of
-    max(1 GiB, 4 x hint) bytes (at most 60% of free memory), fill it with NaN and free it: the next
-    allocations are carved out of NaN, so an output that is never written reads as NaN.
+    """Fill the CUDA caching allocator's free memory with NaN (all-ones bytes), so an output that is
+    never written reads as NaN. Fully free segments are returned to the driver; every free block
+    left (e.g. the rest of a segment an input lives in) is taken at its exact size, filled and
+    freed; then one block of max(1 GiB, 4 x hint) bytes (at most 60% of free memory) is added.
     Returns the poisoned byte count (0 on the CPU, where this is not possible)."""
     if device != "cuda":
         return 0
     import torch
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    sizes = [block["size"] for segment in torch.cuda.memory_snapshot() for block in segment["blocks"]
+             if block["state"] == "inactive"]
     free, _ = torch.cuda.mem_get_info()
-    nbytes = int(min(free * 0.6, max(1 << 30, 4 * hint_bytes)))
-    block = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
-    block.fill_(float("nan"))
-    del block
-    return nbytes
+    sizes.append(int(min(free * 0.6, max(1 << 30, 4 * hint_bytes))))
+    held = []
+    for size in sorted(sizes):
+        block = torch.empty(size, dtype=torch.uint8, device=device)
+        block.fill_(255)  # 0xFFFFFFFF is a NaN in float32 (and float16/bfloat16/float64)
+        held.append(block)
+    total = sum(b.numel() for b in held)
+    del held
+    return total
 
 
 def timing_consistent(event_median_ms: float, wall_median_ms: float) -> bool:

@@ -19,3 +19,10 @@ del blk
 out = torch.empty_like(a)
 print("no empty_cache: nan fraction", torch.isnan(out).float().mean().item(), out.data_ptr())
 print(torch.cuda.memory_stats().get("num_alloc_retries"), torch.cuda.memory_summary()[:1500])
+c = torch.randn(3, 1000, device="cuda")
+for trial in range(2):
+    poison_free_memory("cuda", 4 << 20)
+    for like in (a, c):
+        out = torch.empty_like(like)
+        print("after poison:", tuple(like.shape), "nan fraction", torch.isnan(out).float().mean().item())
+        del out
