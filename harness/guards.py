@@ -79,6 +79,8 @@ def poison_free_memory(device: str, hint_bytes: int) -> int:
     import torch
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    small = torch.empty(512, dtype=torch.uint8, device=device)  # opens a small-pool segment (<= 1 MB tensors)
+    small.fill_(255)
     sizes = [block["size"] for segment in torch.cuda.memory_snapshot() for block in segment["blocks"]
              if block["state"] == "inactive"]
     free, _ = torch.cuda.mem_get_info()
@@ -88,8 +90,8 @@ def poison_free_memory(device: str, hint_bytes: int) -> int:
         block = torch.empty(size, dtype=torch.uint8, device=device)
         block.fill_(255)  # 0xFFFFFFFF is a NaN in float32 (and float16/bfloat16/float64)
         held.append(block)
-    total = sum(b.numel() for b in held)
-    del held
+    total = sum(b.numel() for b in held) + small.numel()
+    del held, small
     return total
 
 
