@@ -82,10 +82,6 @@ class EvalResult:
     def key(self) -> str:
         return pair_key(self.problem["id"], self.solution["name"])
 
-    @property
-    def speedup(self) -> float | None:
-        return self.timing.get("speedup") if self.timing else None
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value

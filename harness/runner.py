@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -109,7 +108,3 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
     results = [done[k] for k in sorted(done)]
     store.write_manifest({"summary": summary(results)})
     return results
-
-
-def with_device(cfg: Config, device: str | None) -> Config:
-    return replace(cfg, device=device) if device else cfg
