@@ -136,8 +136,8 @@ class PairRun:
 
         outcome = run_module("harness.worker", _request(ctx, self.pair, "eval"), self.work_dir / "eval",
                              limit_s=t.run_s, phase_limits={"build": t.build_s}, env=_worker_env(ctx), on_event=relay)
-        if outcome.all("build"):
-            self.build = _build_info(outcome) if not self.build["extensions"] else self.build
+        if outcome.all("build") and not self.build["extensions"]:  # built lazily, after the build step
+            self.build = _build_info(outcome)
         env = {**ctx.env, **((outcome.last("env") or {}).get("env", {}))}
         timing = self._timing(outcome)
         failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
@@ -151,7 +151,6 @@ class PairRun:
                                "judge", env=env, timing=timing)
         profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k != "event"}
         weights = report.get("weight_diagnostics") or []
-        correctness = dict(report)
         if not report["ok"]:
             failed = report["failed"] or {}
             where = (f"{failed.get('kind', 'trial')} {failed.get('trial')} (seed {failed.get('seed')}"
@@ -160,7 +159,7 @@ class PairRun:
             if weights:
                 message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
             return self.result(Status.INCORRECT, message, phase="judge", env=env, timing=timing,
-                               correctness=correctness, profile=profile)
+                               correctness=report, profile=profile)
         precision = report["precision"]
         timing = self._speedup(timing, precision)
         flags, failures = self._flags(timing, profile)
@@ -172,7 +171,7 @@ class PairRun:
         status = Status.REJECTED if failures else Status.OK
         if failures:
             message = f"rejected ({', '.join(failures)}): {message}"
-        return self.result(status, message, phase="done", env=env, timing=timing, correctness=correctness,
+        return self.result(status, message, phase="done", env=env, timing=timing, correctness=report,
                            profile=profile, flags=tuple(flags))
 
     def _speedup(self, timing: dict[str, Any], precision: str) -> dict[str, Any]:

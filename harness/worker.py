@@ -144,7 +144,6 @@ class Worker:
         if isinstance(timer, CudaEventTimer):
             walls = sorted(timer.wall_ms)
             stats["wall_median_ms"] = walls[len(walls) // 2]
-        del pool, live, state
         return stats, checked
 
     def time_reference(self, problem, init_inputs) -> None:
@@ -192,7 +191,7 @@ class Worker:
     def profile(self, model, problem) -> None:
         """One profiled call: which kernels (GPU) or ATen ops (CPU) did the work."""
         import time
-        import torch
+
         from torch.profiler import ProfilerActivity, profile
         inputs = make_inputs(problem, self.req["seeds"]["timing"][0], self.device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])

@@ -1,7 +1,7 @@
 """GPU end to end (skipped without CUDA): the CUDA example and the direct ConvTranspose2d kernel."""
 import pytest
 
-from harness import REPO_ROOT, problems, solutions
+from harness import problems, solutions
 from harness.config import load_config, with_overrides
 from harness.results import Status
 from harness.runner import evaluate
