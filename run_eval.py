@@ -5,8 +5,11 @@
   python run_eval.py --problem 57 --solution direct        # one problem, one solution (by name)
   python run_eval.py --problem 57 --solution path/to/x.py  # any solution file
   python run_eval.py report results/<run-id> [--format md|csv|text]
+  python run_eval.py lint [SOLUTION_OR_FOLDER ...]          # static checks, no GPU, seconds
+  python run_eval.py compile [SOLUTION_OR_FOLDER ...]       # compile-only (nvcc / c++), no GPU
 
-Exit codes: 0 every evaluated pair is correct; 1 some pair is not; 2 bad usage or bad input.
+Exit codes: 0 every evaluated pair is correct (lint/compile: no error); 1 some pair is not
+(lint/compile: some error); 2 bad usage or bad input.
 """
 from __future__ import annotations
 
@@ -56,6 +59,55 @@ def cmd_report(argv: list[str]) -> int:
     return 0
 
 
+def checks_parser(command: str, what: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"run_eval.py {command}", description=what)
+    p.add_argument("paths", nargs="*", help="solution files or folders (default: every solution under solutions/)")
+    p.add_argument("--problem", help="the problem the files solve (default: from their place under solutions/)")
+    return p
+
+
+def _files_and_problems(args) -> list[tuple]:
+    files = solutions.solution_files(args.paths)
+    if not files:
+        raise BadInput(" ".join(args.paths) or "solutions/", "no solution files found")
+    everything = problems.discover()
+    explicit = problems.select(args.problem) if args.problem else None
+    if explicit is not None and len(explicit) != 1:
+        raise BadInput("--problem", f"'{args.problem}' matches {len(explicit)} problems; name one")
+    return [(f, explicit[0] if explicit else solutions.problem_for(f, everything)) for f in files]
+
+
+def cmd_lint(argv: list[str]) -> int:
+    from harness.lint import lint_file
+    args = checks_parser("lint", "Static checks of solution files (no import, no GPU).").parse_args(argv)
+    findings = []
+    pairs = _files_and_problems(args)
+    for path, problem in pairs:
+        findings += lint_file(path, problem)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.severity == "error" for f in findings)
+    print(f"lint: {len(pairs)} file(s), {errors} error(s), {len(findings) - errors} warning(s)")
+    return 1 if errors else 0
+
+
+def cmd_compile(argv: list[str]) -> int:
+    from harness.runner import compile_solutions
+    p = checks_parser("compile", "Compile each solution's load_inline sources against the torch headers "
+                                 "without linking or loading them (needs nvcc for CUDA sources, no GPU).")
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument("--arch", default="9.0", help="CUDA architecture to compile for (TORCH_CUDA_ARCH_LIST)")
+    p.add_argument("--jobs", type=int, help="solutions compiled in parallel")
+    args = p.parse_args(argv)
+    cfg = load_config(args.config)
+    files = [f for f, _ in _files_and_problems(args)]
+    results = compile_solutions(files, cfg, arch=args.arch, jobs=args.jobs)
+    bad = [r for r in results if r["status"] not in ("ok", "skipped")]
+    skipped = sum(r["status"] == "skipped" for r in results)
+    print(f"compile: {len(results)} file(s), {len(bad)} failed, {skipped} skipped")
+    return 1 if bad else 0
+
+
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
     if args.resume and not args.run_id:
@@ -91,8 +143,9 @@ def cmd_eval(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "report":
-            return cmd_report(argv[1:])
+        commands = {"report": cmd_report, "lint": cmd_lint, "compile": cmd_compile}
+        if argv and argv[0] in commands:
+            return commands[argv[0]](argv[1:])
         return cmd_eval(argv)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

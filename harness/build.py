@@ -6,7 +6,10 @@ solution is imported) with a wrapper that:
     so identical sources build once and two solutions that share an extension name never collide;
   * reports CUDA sources as needing a CUDA device when there is none (the pair is skipped);
   * captures everything the compiler prints into <build dir>/harness_build.log;
-  * raises BuildError (log, first error lines) when compiling or linking fails.
+  * checks the call for misuse before compiling (harness/inline.py) and raises InlineMisuse;
+  * raises BuildError when compiling or linking fails, with the first error mapped back to the
+    line of the solution (or .cu file) where that source line is written, and the full log;
+  * in compile-only mode (harness/compile_only.py) compiles the object files and loads nothing.
 """
 from __future__ import annotations
 
@@ -21,15 +24,29 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .compile_only import find_nvcc, make_jit_compile
+from .inline import ErrorSite, Layout, as_list, candidate_files, check_call, describe_build_error
+
 LOG_NAME = "harness_build.log"
 
 
 class BuildError(Exception):
-    def __init__(self, name: str, log: str, build_dir: str):
+    def __init__(self, name: str, log: str, build_dir: str, site: ErrorSite | None = None):
         self.name = name
         self.log = log
         self.build_dir = build_dir
-        super().__init__(f"building extension '{name}' failed: {first_errors(log) or 'see the build log'}")
+        self.site = site
+        message = (site.message(name) if site else
+                   f"building extension '{name}' failed: {first_errors(log) or 'see the build log'}")
+        super().__init__(message)
+
+
+class InlineMisuse(Exception):
+    """load_inline called in a way that cannot work, found before compiling."""
+
+    def __init__(self, where: str, problems: list[str]):
+        self.where = where
+        super().__init__(f"{where}: load_inline misuse: {'; '.join(problems)}")
 
 
 class NeedsCuda(Exception):
@@ -83,7 +100,31 @@ def _capture_fds(path: Path):
             os.close(f)
 
 
-def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable[[dict], None]) -> None:
+def _callers(display: Callable[[Path], str]) -> tuple[str, list[Path]]:
+    """'file:line' of the load_inline call, and every calling file outside torch and the harness."""
+    files: list[Path] = []
+    where = ""
+    for frame in inspect.stack(context=0)[2:]:
+        path = Path(frame.filename)
+        if frame.filename.startswith("<") or any(part in path.parts for part in ("torch", "importlib")) \
+                or path.resolve().parent == Path(__file__).resolve().parent:
+            continue
+        if not where:
+            where = f"{display(path)}:{frame.lineno}"
+        files.append(path.resolve())
+    return where or "load_inline call", files
+
+
+def _missing_argument(exc: TypeError) -> str | None:
+    m = re.search(r"missing a required argument: '(\w+)'", str(exc))
+    return m.group(1) if m else None
+
+
+def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable[[dict], None],
+                 compile_only: bool = False, display: Callable[[Path], str] = str,
+                 wrap: Callable[[Any, str], Any] | None = None) -> None:
+    """`wrap(module, name)`, when given, replaces each loaded extension module (diagnosis runs
+    record the calls into it)."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -91,17 +132,33 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
     signature = inspect.signature(original)
 
     def load_inline(*args: Any, **kwargs: Any):
-        bound = signature.bind(*args, **kwargs)  # TypeError (e.g. cpp_sources missing) propagates
+        where, callers = _callers(display)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            if _missing_argument(exc) == "cpp_sources":
+                raise InlineMisuse(where, [m.message for m in check_call(None, None, None)]) from None
+            raise InlineMisuse(where, [f"{exc} (load_inline takes {', '.join(signature.parameters)})"]) from None
         bound.apply_defaults()
         params = dict(bound.arguments)
         name = params["name"]
-        if params.get("cuda_sources") and not has_cuda:
-            raise NeedsCuda(f"extension '{name}' has CUDA sources and this run has no CUDA device")
+        misuse = check_call(params.get("cpp_sources"), params.get("cuda_sources"), params.get("functions"))
+        if misuse:
+            raise InlineMisuse(where, [m.message for m in misuse])
+        # load_inline inserts its #include lines into the lists it is given: pass copies
+        params["cpp_sources"] = as_list(params["cpp_sources"])
+        params["cuda_sources"] = as_list(params.get("cuda_sources")) or None
+        layout = Layout.of(params["cpp_sources"], params["cuda_sources"], bool(params.get("no_implicit_headers")))
+        if params.get("cuda_sources"):
+            if compile_only and not find_nvcc():
+                raise NeedsCuda(f"extension '{name}' has CUDA sources and this machine has no nvcc to compile them")
+            if not compile_only and not has_cuda:
+                raise NeedsCuda(f"extension '{name}' has CUDA sources and this run has no CUDA device")
         key = build_key(params, torch.__version__, arch)
-        build_dir = Path(cache_root) / f"{name}-{key[:16]}"
+        build_dir = Path(cache_root) / f"{name}-{key[:16]}{'-compile-only' if compile_only else ''}"
         build_dir.mkdir(parents=True, exist_ok=True)
         log_path = build_dir / LOG_NAME
-        was_built = any(build_dir.glob(f"{name}*.so")) and log_path.exists()
+        was_built = (not compile_only and any(build_dir.glob(f"{name}*.so")) and log_path.exists())
         previous_log = log_path.read_text(errors="replace") if was_built else ""
         params["build_directory"] = str(build_dir)
         params["verbose"] = True
@@ -111,14 +168,23 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
         fresh_log = build_dir / "harness_build.current.log"
         try:
             with _capture_fds(fresh_log):
-                module = original(**params)
+                if compile_only:
+                    saved_jit = cpp_ext._jit_compile
+                    cpp_ext._jit_compile = make_jit_compile(Path(cache_root))
+                    try:
+                        module = original(**params)
+                    finally:
+                        cpp_ext._jit_compile = saved_jit
+                else:
+                    module = original(**params)
         except Exception as exc:
             log = fresh_log.read_text(errors="replace")
             if str(exc) and str(exc) not in log:
                 log += f"\n{type(exc).__name__}: {exc}\n"
             on_build({**info, "event": "build_end", "ok": False, "seconds": time.monotonic() - start, "log": log})
             if "Error building extension" in str(exc) or isinstance(exc, (OSError, ImportError)) and "undefined symbol" in str(exc):
-                raise BuildError(name, log, str(build_dir)) from None
+                site = describe_build_error(log, layout, candidate_files(callers), display)
+                raise BuildError(name, log, str(build_dir), site) from None
             raise
         log = fresh_log.read_text(errors="replace")
         if was_built and "no work to do" in log:
@@ -126,6 +192,6 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
         else:
             log_path.write_text(log)
         on_build({**info, "event": "build_end", "ok": True, "seconds": time.monotonic() - start, "log": log})
-        return module
+        return wrap(module, name) if wrap else module
 
     cpp_ext.load_inline = load_inline

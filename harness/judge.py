@@ -19,7 +19,7 @@ from typing import Any
 from types import SimpleNamespace
 
 from .guards import tensor_digest
-from .numerics import classify, diagnose_parameters, ground_truth
+from .numerics import classify, diagnose_parameters, explain_by_variants, ground_truth
 from .problems import construct, load_module, make_inputs
 
 
@@ -64,7 +64,7 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
     problem = load_module(Path(req["problem_path"]))
     shapes = req["seeds"]["shapes"]
     originals = {k: getattr(problem, k) for shape in shapes for k in shape["overrides"]}
-    results, precision, weights = [], None, []
+    results, precision, weights, explained = [], None, [], False
     with torch.no_grad():
         for shape_index, shape in enumerate(shapes):
             for key, value in {**originals, **shape["overrides"]}.items():
@@ -88,6 +88,11 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
                 else:
                     cls, comparison = classify(out, truth, expected_dtype, tolerances)
                     result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
+                    if cls is None and not explained and comparison.max_abs_error is not None:
+                        explained = True  # one try per pair: each variant costs a float64 forward
+                        explanation = explain_by_variants(model, inputs, out, device, tolerances["tf32"])
+                        if explanation:
+                            result["message"] = f"{explanation}; {result['message']}"
                 result.update(kind=entry["kind"], shape=shape_index, trial=entry["trial"], seed=entry["seed"],
                               overrides=shape["overrides"])
                 results.append(result)

@@ -60,9 +60,11 @@ def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> 
     if not isinstance(out, torch.Tensor):
         return Comparison(False, f"output is {type(out).__name__}, expected a torch.Tensor")
     if tuple(out.shape) != tuple(truth.shape):
-        return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(truth.shape)}")
+        return Comparison(False, shape_message(tuple(out.shape), tuple(truth.shape)))
     if out.dtype != expected_dtype:
-        return Comparison(False, f"dtype mismatch: got {out.dtype}, expected {expected_dtype}")
+        return Comparison(False, f"dtype mismatch: got {out.dtype}, expected {expected_dtype}"
+                                 + ("" if out.is_floating_point() else " (integer output: was a result cast or "
+                                    "an index tensor returned?)"))
     atol, rtol, rel_l2_tol = tol.atol, tol.rtol, tol.rel_l2
     got = out.to(truth.device, torch.float64)
     ref = truth.to(torch.float64)
@@ -105,7 +107,103 @@ def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> 
                    f"{float(got.reshape(-1)[worst_flat]):.6g}, expected {float(ref.reshape(-1)[worst_flat]):.6g})")
         if nonfinite_out:
             message += f"; {nonfinite_out} NaN/Inf where ground truth is finite"
+        message += "; " + error_pattern(ratio > 1, diff, ref_abs, rel_l2, rel_l2_tol)
     return Comparison(ok, message, max_abs, max_rel, rel_l2, mismatched, numel, worst, margin)
+
+
+def shape_message(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    message = f"shape mismatch: got {got}, expected {expected}"
+    numel = lambda shape: int(torch.tensor(shape, dtype=torch.float64).prod()) if shape else 1  # noqa: E731
+    if numel(got) == 0:
+        return (message + ": the output is empty. If forward passes an output tensor into C++ and the C++ "
+                "function assigns a new tensor to it (out = ...), the caller's tensor does not change "
+                "(torch::Tensor is a handle passed by value): write into it or return the new tensor")
+    if numel(got) == numel(expected):
+        return message + ": the same number of elements in another shape (a view or reshape mistake?)"
+    if len(got) == len(expected):
+        names = DIM_NAMES.get(len(got), ())
+        diffs = [f"{names[i] if names else f'dim {i}'} {g} vs {e}"
+                 for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+        message += f" (differs in {', '.join(diffs)})"
+        if len(got) == 4 and got[:2] == expected[:2]:
+            message += ("; for ConvTranspose2d, H_out = (H_in - 1)*stride - 2*padding + dilation*(kernel - 1) "
+                        "+ output_padding + 1")
+    return message
+
+
+DIM_NAMES = {4: ("batch", "channel", "row", "column"), 3: ("channel", "row", "column"), 2: ("row", "column")}
+
+
+def _ranges(indices: list[int], limit: int = 6) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    spans: list[list[int]] = []
+    for i in indices:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:limit])
+    return text + (", ..." if len(spans) > limit else "")
+
+
+def error_pattern(bad: torch.Tensor, diff: torch.Tensor, ref_abs: torch.Tensor, rel_l2: float, rel_l2_tol: float) -> str:
+    """Where the mismatches are, and whether they look structural (whole slices, borders, a
+    periodic row/column pattern, everywhere) or like rounding (small, spread out)."""
+    ndim = bad.dim()
+    names = DIM_NAMES.get(ndim, tuple(f"dim {i}" for i in range(ndim)))
+    fraction = float(bad.double().mean())
+    findings: list[str] = []
+    for d in range(ndim):
+        if bad.shape[d] < 2:
+            continue
+        per = bad.double().mean(dim=[i for i in range(ndim) if i != d]) if ndim > 1 else bad.double()
+        all_bad = [i for i, f in enumerate(per.tolist()) if f >= 0.99]
+        clean = [i for i, f in enumerate(per.tolist()) if f == 0.0]
+        if all_bad and clean and len(all_bad) + len(clean) >= 0.9 * bad.shape[d]:
+            findings.append(f"whole {names[d]} slices wrong ({names[d]} {_ranges(all_bad)} wrong, "
+                            f"{_ranges(clean)} right)")
+    spatial = [d for d in range(max(0, ndim - 2), ndim) if bad.shape[d] >= 4]
+    if spatial and 0 < fraction < 1:
+        border = torch.zeros_like(bad)
+        for d in spatial:
+            b = max(1, min(4, bad.shape[d] // 8))
+            index = torch.arange(bad.shape[d])
+            edge = (index < b) | (index >= bad.shape[d] - b)
+            border |= edge.view([-1 if i == d else 1 for i in range(ndim)]).expand_as(bad)
+        at_border = float(bad[border].double().mean())
+        inside = float(bad[~border].double().mean()) if bool((~border).any()) else 0.0
+        if at_border > 0.3 and inside < 0.1 * at_border:
+            findings.append(f"errors at the borders ({at_border:.0%} of border elements wrong, {inside:.0%} "
+                            f"inside): check boundary handling (padding, the last partial tile)")
+        elif inside > 0.3 and at_border < 0.1 * inside:
+            findings.append(f"errors inside, borders right ({inside:.0%} vs {at_border:.0%})")
+    if len(spatial) == 2:
+        for s in (2, 3, 4):
+            if any(bad.shape[d] < 2 * s for d in spatial):
+                continue
+            phases = {}
+            for rh in range(s):
+                for rw in range(s):
+                    sl = [slice(None)] * (ndim - 2) + [slice(rh, None, s), slice(rw, None, s)]
+                    num = float(torch.linalg.vector_norm(diff[tuple(sl)]))
+                    den = float(torch.linalg.vector_norm(ref_abs[tuple(sl)])) or 1e-300
+                    phases[(rh, rw)] = (float(bad[tuple(sl)].double().mean()), num / den)
+            fracs = [f for f, _ in phases.values()]
+            errs = [e for _, e in phases.values()]
+            if max(fracs) > 0.5 and min(fracs) < 0.05 or (min(errs) > 0 and max(errs) > 3 * min(errs) and max(fracs) > 0.5):
+                detail = ", ".join(f"({rh},{rw}): {e:.2g}" for (rh, rw), (_, e) in phases.items())
+                findings.append(f"the error depends on the output phase (row mod {s}, column mod {s}); rel L2 "
+                                f"by phase {detail}: output phases use different taps: check the "
+                                f"tap index math (only taps with (o + padding - k*dilation) divisible by the "
+                                f"stride contribute to output o)")
+                break
+    if fraction > 0.9:
+        findings.append(f"wrong almost everywhere ({fraction:.0%} of elements)")
+    if not findings and rel_l2 < max(100 * rel_l2_tol, 1e-3):
+        return (f"pattern: rounding-like (small errors spread over {fraction:.2%} of the output, rel L2 "
+                f"{rel_l2:.2g}): lower-precision arithmetic or a different summation order, not an indexing error")
+    kind = "structural" if findings else "unclear"
+    return f"pattern: {kind}" + (f" ({'; '.join(findings)})" if findings else f" ({fraction:.2%} of elements wrong)")
 
 
 PRECISION_CLASSES = ("fp32", "tf32")  # strictest first
@@ -120,6 +218,39 @@ def classify(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, toleran
         if comparison.ok:
             return name, comparison
     return None, comparison
+
+
+def _edit_variants(model: torch.nn.Module) -> list[tuple[str, Any]]:
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    if not convs:
+        return []
+
+    def flip(m: torch.nn.Module) -> None:
+        for c in [c for c in m.modules() if isinstance(c, torch.nn.modules.conv._ConvNd)]:
+            c.weight.data = torch.flip(c.weight.data, dims=list(range(2, c.weight.dim())))
+
+    def no_bias(m: torch.nn.Module) -> None:
+        for c in [c for c in m.modules() if isinstance(c, torch.nn.modules.conv._ConvNd)]:
+            if c.bias is not None:
+                c.bias.data.zero_()
+
+    variants = [("the convolution kernel flipped spatially (the kernel is flipped once too often, or not at all)", flip)]
+    if any(c.bias is not None for c in convs):
+        variants.append(("the bias left out", no_bias))
+    return variants
+
+
+@torch.no_grad()
+def explain_by_variants(model: torch.nn.Module, inputs: Sequence[Any], out: torch.Tensor, device, tol) -> str | None:
+    """For a wrong output of a convolution model: does it match the reference with a typical
+    mistake applied (a flipped kernel, a missing bias)? Runs only when the output is wrong."""
+    for text, edit in _edit_variants(model):
+        variant = copy.deepcopy(model).to(device).double()
+        edit(variant)
+        truth = variant(*[_to(x, device, torch.float64) for x in inputs])
+        if compare(out, truth, out.dtype, tol).ok:
+            return f"the output matches the reference with {text}"
+    return None
 
 
 def _layout_hint(ref_model: torch.nn.Module | None, ref_name: str) -> str:

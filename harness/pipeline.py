@@ -141,6 +141,10 @@ class PairRun:
         env = {**ctx.env, **((outcome.last("env") or {}).get("env", {}))}
         timing = self._timing(outcome)
         failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
+        if failure and (outcome.last("error") or {}).get("cuda_error"):
+            if on_phase:
+                on_phase("diagnose")
+            failure = self._diagnose(failure)
         if failure:
             return self.result(*failure, env=env, timing=timing)
         if on_phase:
@@ -173,6 +177,30 @@ class PairRun:
             message = f"rejected ({', '.join(failures)}): {message}"
         return self.result(status, message, phase="done", env=env, timing=timing, correctness=report,
                            profile=profile, flags=tuple(flags))
+
+    def _diagnose(self, failure: tuple[Status, str, str, str]) -> tuple[Status, str, str, str]:
+        """A CUDA error is reported asynchronously, so the line that raised it is rarely the
+        launch that caused it. Re-run construction and one trial per shape with
+        CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call."""
+        status, message, detail, phase = failure
+        outcome = run_module("harness.worker", _request(self.ctx, self.pair, "diagnose"), self.work_dir / "diagnose",
+                             limit_s=self.ctx.cfg.timeouts.run_s, phase_limits={"build": self.ctx.cfg.timeouts.build_s},
+                             env={**_worker_env(self.ctx), "CUDA_LAUNCH_BLOCKING": "1"})
+        found = outcome.last("diagnosis")
+        if found is None:
+            note = "the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish"
+        elif not found.get("reproduced"):
+            note = "the error did not recur in a rerun with CUDA_LAUNCH_BLOCKING=1 (a race or uninitialized memory?)"
+        else:
+            call = found.get("call")
+            if call:
+                how = "raised by" if call.get("inside") else "raised after"
+                note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {how} the extension call {call['function']}(...) at {call['where']}"
+                if call.get("notes"):
+                    note += "; " + "; ".join(call["notes"])
+            else:
+                note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {found.get('error')} at {found.get('where')} (no extension call was made)"
+        return status, f"{message}; {note}", f"{detail}\n\n[diagnosis]\n{outcome.log_tail}", phase
 
     def _speedup(self, timing: dict[str, Any], precision: str) -> dict[str, Any]:
         """A tf32-class result is compared with PyTorch defaults, an fp32-class one with TF32 off."""

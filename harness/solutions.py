@@ -42,6 +42,32 @@ def for_problem(problem: Problem, root: Path = SOLUTIONS_ROOT) -> list[Solution]
     return [solution_from_path(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
 
 
+def solution_files(paths: list[str], root: Path = SOLUTIONS_ROOT) -> list[Path]:
+    """Solution files named on a command line (files, or folders searched recursively); all of
+    the repository's when none is named. Files and folders starting with '_' are helpers."""
+    def under(folder: Path) -> list[Path]:
+        return sorted(p for p in folder.rglob("*.py")
+                      if not any(part.startswith("_") for part in p.relative_to(folder).parts))
+    if not paths:
+        return under(Path(root))
+    files: list[Path] = []
+    for spec in paths:
+        path = Path(spec)
+        if path.is_dir():
+            files += under(path)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BadInput(spec, "no such solution file or folder")
+    return files
+
+
+def problem_for(path: Path, problems: list[Problem], root: Path = SOLUTIONS_ROOT) -> Problem | None:
+    """The problem a solution file belongs to, from its place under solutions/<family>/<problem>/."""
+    owner = _problem_of(path, root)
+    return next((p for p in problems if owner and (p.family, p.id) == owner), None)
+
+
 def _problem_of(path: Path, root: Path) -> tuple[str, str] | None:
     """(family, problem id) when the path lies in solutions/<family>/<problem>/."""
     try:
@@ -111,8 +137,8 @@ def select_pairs(problems: list[Problem], spec: str | None, problems_given: bool
         if problems_given:
             targets = problems
         else:
-            owner = _problem_of(path, root)
-            targets = [p for p in all_problems if owner and (p.family, p.id) == owner]
+            owner = problem_for(path, all_problems, root)
+            targets = [owner] if owner else []
             if not targets:
                 raise BadInput(spec, "cannot tell which problem this solution is for: give --problem "
                                      "(or place it under solutions/<family>/<problem>/)")

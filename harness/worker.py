@@ -20,11 +20,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .build import BuildError, NeedsCuda, install_hook
+from .build import BuildError, InlineMisuse, NeedsCuda, install_hook
 from .env import collect
 from .events import EventWriter
 from .guards import aliased_input, cpu_op_share, library_share, poison_free_memory, tensor_digest
-from .problems import exception_location, load_module, make_inputs, construct
+from .problems import _display, exception_location, load_module, make_inputs, construct
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing or
 # harness.guards afterwards does not change what the worker calls.
@@ -34,9 +34,39 @@ _NO_CUDA_MARKERS = ("Torch not compiled with CUDA enabled", "Found no NVIDIA dri
                     "No CUDA GPUs are available", "CUDA driver initialization failed")
 
 
+# CUDA errors a kernel causes, and what they usually mean.
+CUDA_ERRORS = (
+    ("an illegal memory access was encountered", "illegal memory access",
+     "a kernel read or wrote outside its buffers: check index bounds, and that every pointer is a "
+     "CUDA tensor of the expected size"),
+    ("misaligned address", "misaligned address",
+     "a vector access (float2/float4, 16-byte loads) on a pointer not aligned to its size: check "
+     "offsets and storage_offset, and that tensors are contiguous"),
+    ("unspecified launch failure", "launch failure",
+     "the kernel faulted (often an out-of-bounds access) or was killed"),
+    ("an illegal instruction was encountered", "illegal instruction", "the kernel hit a trap or an invalid instruction"),
+    ("device-side assert triggered", "device-side assert", "an assert in device code failed"),
+    ("invalid configuration argument", "invalid launch configuration",
+     "grid or block dimensions out of range or zero (more than 1024 threads per block? an empty grid?)"),
+    ("too many resources requested for launch", "too many resources for launch",
+     "too many registers or too much shared memory per block for this block size"),
+    ("invalid device function", "invalid device function", "the kernel was not compiled for this GPU's architecture"),
+    ("no kernel image is available", "no kernel image", "the kernel was not compiled for this GPU's architecture"),
+)
+
+
+def cuda_error(text: str) -> tuple[str, str] | None:
+    """(short name, explanation) of a CUDA error named in an exception text."""
+    lowered = text.lower()
+    for needle, name, meaning in CUDA_ERRORS:
+        if needle in lowered:
+            return name, meaning
+    return None
+
+
 class Failure(Exception):
-    def __init__(self, status: Status, message: str, detail: str = ""):
-        self.status, self.message, self.detail = status, message, detail
+    def __init__(self, status: Status, message: str, detail: str = "", **fields: Any):
+        self.status, self.message, self.detail, self.fields = status, message, detail, fields
         super().__init__(message)
 
 
@@ -49,6 +79,8 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str) -
         return Failure(Status.SKIPPED, f"needs a CUDA device: {exc}")
     if isinstance(exc, BuildError):
         return Failure(Status.BUILD_ERROR, str(exc), exc.log)
+    if isinstance(exc, InlineMisuse):
+        return Failure(Status.BUILD_ERROR, str(exc), detail)
     text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0] if text else type(exc).__name__
     where = exception_location(exc, solution_path)
@@ -59,7 +91,30 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str) -
         return Failure(Status.OOM, f"out of memory during {phase}: {first_line} at {where}", detail)
     if phase in ("load", "build"):
         return Failure(Status.LOAD_ERROR, f"{where}: {first_line}", detail)
+    named = cuda_error(text)
+    if named:
+        return Failure(Status.RUNTIME_ERROR, f"{phase}: CUDA error: {named[0]} ({named[1]}), raised at {where}",
+                       detail, cuda_error=named[0])
     return Failure(Status.RUNTIME_ERROR, f"{phase}: {first_line} at {where}", detail)
+
+
+def argument_notes(args: list, device: str) -> list[str]:
+    """What looks wrong about the tensors passed to an extension function."""
+    import torch
+    notes = []
+    for i, arg in enumerate(args):
+        if not isinstance(arg, torch.Tensor):
+            continue
+        what = f"argument {i} ({arg.dtype} {list(arg.shape)})"
+        if device == "cuda" and arg.device.type != "cuda":
+            notes.append(f"{what} is a {arg.device.type.upper()} tensor: CUDA code that dereferences it reads "
+                         f"host memory (use None / an empty CUDA tensor, or check has_value / numel in C++)")
+        elif arg.numel() and not arg.is_contiguous():
+            notes.append(f"{what} is not contiguous (stride {list(arg.stride())}): call .contiguous() "
+                         f"or index with its strides")
+        elif arg.numel() and arg.data_ptr() % 16:
+            notes.append(f"{what} is not 16-byte aligned (storage offset {arg.storage_offset()})")
+    return notes
 
 
 class Worker:
@@ -72,6 +127,7 @@ class Worker:
         self.phase = "setup"
         self.saved = 0
         self.hint_bytes = 0   # largest input/output seen: sizes the poisoned block
+        self.last_call: dict[str, Any] | None = None  # diagnosis: the last extension call
 
     def set_phase(self, phase: str, **fields: Any) -> None:
         self.phase = phase
@@ -86,7 +142,9 @@ class Worker:
 
     def load_solution(self):
         import torch
-        install_hook(Path(self.req["cache_dir"]), self.req["arch"], self.device == "cuda", self.on_build)
+        install_hook(Path(self.req["cache_dir"]), self.req["arch"], self.device == "cuda", self.on_build,
+                     compile_only=self.req["mode"] == "compile", display=_display,
+                     wrap=self.recording if self.req["mode"] == "diagnose" else None)
         self.set_phase("load")
         sys.path.insert(0, str(self.solution_path.parent))
         with torch.no_grad():
@@ -98,6 +156,62 @@ class Worker:
 
     def run_build(self) -> None:
         self.load_solution()
+
+    def run_compile(self) -> None:
+        """Compile-only: the solution's extensions are compiled, not linked or loaded."""
+        self.load_solution()
+
+    # -- diagnosis of CUDA errors ----------------------------------------------------------------
+    def recording(self, module, name: str):
+        """Wrap an extension module so every call is recorded (function, caller line, notes on
+        its tensor arguments) and followed by a device sync: a kernel fault then surfaces in the
+        call that launched it."""
+        worker = self
+
+        class Recorded:
+            def __getattr__(self, item: str):
+                value = getattr(module, item)
+                if item.startswith("__") or not callable(value):
+                    return value
+
+                def call(*args, **kwargs):
+                    import torch
+                    frame = sys._getframe(1)
+                    worker.last_call = {"function": f"{name}.{item}",
+                                        "where": f"{_display(Path(frame.f_code.co_filename))}:{frame.f_lineno}",
+                                        "notes": argument_notes(list(args) + list(kwargs.values()), worker.device),
+                                        "inside": True}
+                    result = value(*args, **kwargs)
+                    if worker.device == "cuda":
+                        torch.cuda.synchronize()
+                    worker.last_call["inside"] = False
+                    return result
+                return call
+        return Recorded()
+
+    def run_diagnose(self) -> None:
+        """Re-run construction and one correctness trial per shape (with CUDA_LAUNCH_BLOCKING=1
+        set by the caller) to attribute a CUDA error to the extension call that caused it."""
+        import torch
+        seeds = self.req["seeds"]
+        problem = load_module(Path(self.req["problem_path"]))
+        self.last_call = None
+        model_new = self.load_solution()
+        try:
+            for shape_index, shape in enumerate(seeds["shapes"]):
+                for key, value in shape["overrides"].items():
+                    setattr(problem, key, value)
+                self.set_phase("construct", shape=shape_index)
+                solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device)
+                self.set_phase("correctness", shape=shape_index)
+                with torch.no_grad():
+                    solution(*make_inputs(problem, shape["trials"][0], self.device))
+                    self.sync()
+        except Exception as exc:
+            self.events.emit("diagnosis", reproduced=True, error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                             where=exception_location(exc, self.solution_path), call=self.last_call)
+            raise
+        self.events.emit("diagnosis", reproduced=False, call=self.last_call)
 
     # -- timing ---------------------------------------------------------------------------
     def sync(self) -> None:
@@ -273,7 +387,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - every path ends in an outcome
             failure = classify(exc, self.phase, self.solution_path, self.device)
             self.events.emit("error", status=failure.status.value, message=failure.message,
-                             detail=failure.detail, phase=self.phase)
+                             detail=failure.detail, phase=self.phase, **failure.fields)
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,55 @@
+"""Compile-only on a machine with nvcc and no GPU (CI): the same build-error messages as a real
+build, CUDA sources compiled against a CPU-only torch, and every repository solution compiles."""
+import pytest
+
+from harness.compile_only import find_nvcc
+from harness.config import load_config, with_overrides
+from harness.problems import problem_from_path
+from harness.runner import compile_solutions, evaluate
+from harness.solutions import Pair, solution_files, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+FAST = FIXTURES / "configs" / "fast.yaml"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    files = [FIXTURE_SOLUTIONS / "cpp_syntax_error.py", FIXTURE_SOLUTIONS / "cpp_type_dispatch.py"]
+    if find_nvcc():
+        files += [FIXTURE_SOLUTIONS / "cuda_type_dispatch.py"] + solution_files([])
+    results = compile_solutions(files, load_config(FAST), out=lambda line: None)
+    return {r["path"]: r for r in results}
+
+
+def test_cpp_compile_error_has_the_same_message_as_a_real_build(compiled, tmp_path):
+    key = "tests/fixtures/solutions/cpp_syntax_error.py"
+    assert compiled[key]["status"] == "build_error"
+    cfg = with_overrides(load_config(FAST), {"results_dir": str(tmp_path)})
+    [real] = evaluate([Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_syntax_error.py"))],
+                      cfg, run_id="real", out=lambda line: None)
+    assert real.message == compiled[key]["message"]
+    assert compiled[key]["message"].startswith(f"{key}:8: error: expected")
+    assert "main.cpp" in compiled[key]["detail"]
+
+
+def test_cpp_type_dispatch_hint(compiled):
+    r = compiled["tests/fixtures/solutions/cpp_type_dispatch.py"]
+    assert r["status"] == "build_error" and "Hint: Tensor::type() is deprecated" in r["message"]
+
+
+@needs_nvcc
+def test_cuda_compile_error_maps_to_the_solution_line(compiled):
+    r = compiled["tests/fixtures/solutions/cuda_type_dispatch.py"]
+    assert r["status"] == "build_error"
+    assert r["message"].startswith("tests/fixtures/solutions/cuda_type_dispatch.py:15: error:")
+    assert "DeprecatedTypeProperties" in r["message"] and "compiled as cuda.cu:14" in r["message"]
+    assert "x.scalar_type()" in r["message"]
+
+
+@needs_nvcc
+def test_every_repository_solution_compiles(compiled):
+    mine = {k: v for k, v in compiled.items() if k.startswith("solutions/")}
+    assert len(mine) >= 11
+    bad = {k: v["message"] for k, v in mine.items() if v["status"] != "ok"}
+    assert not bad, bad
