@@ -167,7 +167,7 @@ def error_pattern(bad: torch.Tensor, diff: torch.Tensor, ref_abs: torch.Tensor, 
         border = torch.zeros_like(bad)
         for d in spatial:
             b = max(1, min(4, bad.shape[d] // 8))
-            index = torch.arange(bad.shape[d])
+            index = torch.arange(bad.shape[d], device=bad.device)
             edge = (index < b) | (index >= bad.shape[d] - b)
             border |= edge.view([-1 if i == d else 1 for i in range(ndim)]).expand_as(bad)
         at_border = float(bad[border].double().mean())
