@@ -1,0 +1,73 @@
+"""Shared Python side of the fast ConvTranspose2d solutions (fast.cu): parameters created exactly
+as nn.ConvTranspose2d creates them (matched-seed construction gives the reference's weights),
+weights repacked to (Cin, KH*KW, Cout/groups) once per weight version, not on every call."""
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_HERE = Path(__file__).resolve().parent
+
+CPP_DECL = """
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wp_tf32,
+                                    c10::optional<torch::Tensor> bias,
+                                    int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
+                                    int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
+                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split);
+"""
+
+_ext = load_inline(
+    name="conv_transpose2d_fast",
+    cpp_sources=CPP_DECL,
+    cuda_sources=(_HERE / "fast.cu").read_text(),
+    functions=["conv_transpose2d_fast"],
+    extra_cuda_cflags=["-O3", "-std=c++17"],
+)
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+class FastConvTranspose2d(nn.Module):
+    """split=1: TF32 tensor cores where the implicit GEMM applies (stride 1, groups 1), TF32-class
+    results; split=3: 3xTF32 there, fp32-class results. Other shapes run the exact-fp32 phase
+    kernel either way."""
+
+    split = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0,
+                 dilation=1, groups=1, bias=False):
+        super().__init__()
+        self.conv_transpose2d = nn.ConvTranspose2d(
+            in_channels, out_channels, _pair(kernel_size), stride=stride, padding=padding,
+            output_padding=output_padding, groups=groups, bias=bias, dilation=dilation)
+        self._packed = None
+        self._packed_key = None
+
+    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(exact, TF32-rounded) weights as (Cin, KH*KW, Cout/groups); rebuilt only when the
+        parameter changes (another tensor, or an in-place update bumps its version)."""
+        w = self.conv_transpose2d.weight
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
+        if self._packed_key != key:
+            cin, cout_g, kh, kw = w.shape
+            packed = w.detach().permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
+            bits = packed.view(torch.int32)  # round to nearest TF32 (10 mantissa bits), ties away
+            rounded = torch.bitwise_and(bits + 0x1000, -0x2000).view(torch.float32)
+            self._packed = (packed, rounded)
+            self._packed_key = key
+        return self._packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.conv_transpose2d
+        (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
+        (oph, opw), (dh, dw) = c.output_padding, c.dilation
+        exact, rounded = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, exact, rounded, c.bias, c.out_channels, kh, kw, sh, sw,
+                                          ph, pw, oph, opw, dh, dw, c.groups, self.split)
+
+
+class FastConvTranspose2dFP32(FastConvTranspose2d):
+    split = 3

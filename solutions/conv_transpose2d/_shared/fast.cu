@@ -1,0 +1,478 @@
+// Fast ConvTranspose2d, fp32 in and out. Two kernels, chosen per call from the shapes:
+//
+// 1. ct2d_igemm (stride 1, groups 1, Cout % 4 == 0): implicit GEMM on the tensor cores with
+//    mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels, K = Cin * KH * KW,
+//        y[co, oh, ow] = sum_{ci, kh, kw} w[ci, co, kh, kw] * x[ci, oh + pad_h - kh*dil_h, ow + pad_w - kw*dil_w].
+//    A block computes BM output channels x 128 pixels (TR rows x TW columns). For each chunk of 8
+//    input channels it stages the input tile WITH its halo ((TR + (KH-1)dil_h) x (TW + (KW-1)dil_w))
+//    and the chunk's weights for all taps in shared memory (cp.async, two stages), so every
+//    loaded input value feeds all KH*KW taps. SPLIT = 1: operands rounded to TF32 (cvt.rna),
+//    TF32-class accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class
+//    accuracy at about three times the tensor-core work.
+// 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): exact fp32 on the CUDA cores.
+//    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
+//    contribute (likewise kw for each column), so no multiply is spent on the zeros a strided
+//    transposed convolution inserts, and rows with no valid tap are pure bias/zero writes. One
+//    thread per output column, COT output channels in registers, weights of the block's group and
+//    channel tile in shared memory, every output element written once with coalesced streaming
+//    stores: these problems are bound by writing the output.
+//
+// Weights arrive pre-packed (by the Python side, once per weight version) as
+// wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), plus a copy rounded to TF32
+// (round to nearest) that the single-pass TF32 kernel reads; the exact kernels read wp.
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <cstdint>
+
+namespace {
+
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_0() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+constexpr int KC = 8;        // input channels per pipeline stage (the MMA's K)
+constexpr int THREADS = 256; // 8 warps
+
+struct IgemmShape {
+  int Cin, Hin, Win, Cout, Hout, Wout, pad_h, pad_w, dil_h, dil_w;
+  int TW, TR, tiles_w;          // tile: TR rows x TW columns of output pixels
+  int rows, rowlen, ci_stride;  // staged input tile (with halo), per input channel
+  int stages;                   // cp.async pipeline depth: 2 or 3
+};
+
+// BM output channels x (8 warps * NT * 8) pixels per block; each warp: BM channels x NT*8 pixels.
+template <int BM, int NT, int SPLIT, int KH, int KW>
+__global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const float* __restrict__ x, const float* __restrict__ wp,
+                                                      const float* __restrict__ bias, float* __restrict__ y,
+                                                      const IgemmShape s) {
+  constexpr int MT = BM / 16;          // m16 tiles per warp
+  constexpr int TAPS = KH * KW;
+  constexpr int CO_STRIDE = BM + 8;    // == 8 (mod 32): conflict-free A fragments
+  constexpr int WS_SIZE = TAPS * KC * CO_STRIDE;
+  extern __shared__ __align__(16) float smem[];
+  const int xs_size = KC * s.ci_stride;
+  const int stage_size = xs_size + WS_SIZE;  // stage k: input tile at k*stage_size, weights after it
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int oh0 = (blockIdx.x / s.tiles_w) * s.TR, ow0 = (blockIdx.x % s.tiles_w) * s.TW;
+  const int co0 = blockIdx.y * BM;
+  const int n = blockIdx.z;
+  const int ih_base = oh0 + s.pad_h - (KH - 1) * s.dil_h;
+  const int iw_base = ow0 + s.pad_w - (KW - 1) * s.dil_w;
+  const float* xn = x + (int64_t)n * s.Cin * s.Hin * s.Win;
+  const int chunks = (s.Cin + KC - 1) / KC;
+
+  auto load_chunk = [&](int chunk, int stage) {
+    const int ci0 = chunk * KC;
+    // input tile: one warp per (channel, row), lanes along the row
+    for (int row = warp; row < KC * s.rows; row += THREADS / 32) {
+      const int cl = row / s.rows, r = row - cl * s.rows;
+      const int ci = ci0 + cl, ih = ih_base + r;
+      const bool row_ok = ci < s.Cin && ih >= 0 && ih < s.Hin;
+      const float* src_row = xn + ((int64_t)(row_ok ? ci : 0) * s.Hin + (row_ok ? ih : 0)) * s.Win;
+      float* dst_row = smem + stage * stage_size + cl * s.ci_stride + r * s.rowlen;
+      for (int c = lane; c < s.rowlen; c += 32) {
+        const int iw = iw_base + c;
+        const bool ok = row_ok && iw >= 0 && iw < s.Win;
+        cp_async4(dst_row + c, ok ? src_row + iw : xn, ok);
+      }
+    }
+    // weights of this chunk for all taps: [tap][ci][co], 16-byte pieces
+    constexpr int Q = BM / 4;
+    for (int i = tid; i < TAPS * KC * Q; i += THREADS) {
+      const int q = i % Q, rowi = i / Q, cl = rowi % KC, tap = rowi / KC;
+      const int ci = ci0 + cl, co = co0 + q * 4;
+      const int bytes = (ci < s.Cin && co < s.Cout) ? 16 : 0;
+      const float* src = bytes ? wp + ((int64_t)ci * TAPS + tap) * s.Cout + co : wp;
+      cp_async16(smem + stage * stage_size + xs_size + (tap * KC + cl) * CO_STRIDE + q * 4, src, bytes);
+    }
+    cp_async_commit();
+  };
+
+  float acc[MT][NT][4];
+  float part[SPLIT == 3 ? MT : 1][SPLIT == 3 ? NT : 1][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+
+  // per-lane offsets: B fragments read pixel (column g of n-tile j), channel t / t+4
+  int xoff[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int p = (warp * NT + j) * 8 + g;
+    const int r = p / s.TW;
+    xoff[j] = t * s.ci_stride + r * s.rowlen + (p - r * s.TW);
+  }
+  const int rowstep = s.dil_h * s.rowlen;
+  const int ci4 = 4 * s.ci_stride;
+  const int woff = t * CO_STRIDE + g;
+
+  // pipeline: chunk c lives in stage c % stages; stages-1 chunks are in flight ahead of the one
+  // being computed, and one __syncthreads per chunk both publishes a landed chunk and retires
+  // the stage that the next load overwrites.
+  const int S = s.stages;
+  for (int c = 0; c < S - 1; ++c) {
+    if (c < chunks) load_chunk(c, c);
+    else cp_async_commit();
+  }
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int stage = chunk % S;
+    if (S == 3) cp_async_wait_1();
+    else cp_async_wait_0();
+    __syncthreads();
+    if (chunk + S - 1 < chunks) load_chunk(chunk + S - 1, (chunk + S - 1) % S);
+    else cp_async_commit();
+    const float* xsb = smem + stage * stage_size;
+    const float* wsb = smem + stage * stage_size + xs_size + woff;
+    if constexpr (SPLIT == 3) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) part[i][j][k] = 0.f;
+    }
+#pragma unroll 1
+    for (int kh = 0; kh < KH; ++kh) {  // not unrolled: unrolling all taps made the compiler spill
+      const float* wrow = wsb + kh * KW * KC * CO_STRIDE;
+      const float* xrow = xsb + (KH - 1 - kh) * rowstep;
+#pragma unroll
+      for (int kw = 0; kw < KW; ++kw) {
+        const float* wt = wrow + kw * KC * CO_STRIDE;
+        const int shift = (KW - 1 - kw) * s.dil_w;
+        uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const float v[4] = {wt[i * 16], wt[i * 16 + 8], wt[4 * CO_STRIDE + i * 16], wt[4 * CO_STRIDE + i * 16 + 8]};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) a[i][k] = SPLIT == 3 ? to_tf32(v[k]) : __float_as_uint(v[k]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const float* xp = xrow + xoff[j] + shift;
+          b[j][0] = __float_as_uint(xp[0]);
+          b[j][1] = __float_as_uint(xp[ci4]);
+        }
+        if constexpr (SPLIT == 3) {
+          uint32_t a_lo[MT][4], b_lo[NT][2];
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const float v = (k < 2 ? wt[i * 16 + k * 8] : wt[4 * CO_STRIDE + i * 16 + (k - 2) * 8]);
+              a_lo[i][k] = to_tf32(v - __uint_as_float(a[i][k]));
+            }
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+              const float v = __uint_as_float(b[j][k]);
+              b[j][k] = to_tf32(v);
+              b_lo[j][k] = to_tf32(v - __uint_as_float(b[j][k]));
+            }
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              mma_tf32(part[i][j], a_lo[i], b[j]);
+              mma_tf32(part[i][j], a[i], b_lo[j]);
+              mma_tf32(part[i][j], a[i], b[j]);
+            }
+        } else {
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+        }
+      }
+    }
+    if constexpr (SPLIT == 3) {  // short tensor-core accumulation chains, fp32 adds across chunks
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) acc[i][j][k] += part[i][j][k];
+    }
+  }
+
+  // epilogue: C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1)
+  float* yn = y + (int64_t)n * s.Cout * s.Hout * s.Wout;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int co = co0 + i * 16 + g + half * 8;
+      if (co >= s.Cout) continue;
+      const float b0 = bias ? bias[co] : 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int p = (warp * NT + j) * 8 + 2 * t;
+        const int r = p / s.TW, c = p - r * s.TW;
+        const int oh = oh0 + r, ow = ow0 + c;
+        if (oh >= s.Hout) continue;
+        float* dst = yn + ((int64_t)co * s.Hout + oh) * s.Wout + ow;
+        if (ow + 1 < s.Wout && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+          __stcs(reinterpret_cast<float2*>(dst), make_float2(acc[i][j][half * 2] + b0, acc[i][j][half * 2 + 1] + b0));
+        } else {
+          if (ow < s.Wout) dst[0] = acc[i][j][half * 2] + b0;
+          if (ow + 1 < s.Wout) dst[1] = acc[i][j][half * 2 + 1] + b0;
+        }
+      }
+    }
+}
+
+struct PhaseShape {
+  int N, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, sh, sw, ph, pw, dh, dw, groups;
+  int rows_per_block, seg;  // seg = output columns per block (= sw * 32 * warps)
+};
+
+// One block: COT output channels of one group, rows_per_block output rows, seg columns. Warp w,
+// lane l, column phase rw compute output column ow0 + rw + sw * (32 w + l): every lane of a warp
+// has the same phase, so the same taps are valid (no divergence), input columns are consecutive
+// (coalesced) and weights are shared-memory broadcasts. Results go through a shared-memory tile
+// so the output row is written with coalesced streaming stores.
+template <int COT>
+__global__ void __launch_bounds__(256) ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp,
+                                                  const float* __restrict__ bias, float* __restrict__ y,
+                                                  const PhaseShape s) {
+  extern __shared__ __align__(16) float phase_smem[];
+  const int cin_g = s.Cin / s.groups, cout_g = s.Cout / s.groups, taps = s.KH * s.KW;
+  float* wsm = phase_smem;                                  // [ci_g][tap][COT]
+  float* ys = phase_smem + ((cin_g * taps * COT + 3) & ~3);  // [COT][seg]
+  const int tiles_c = s.Cout / COT;
+  const int n = blockIdx.z / tiles_c, co0 = (blockIdx.z % tiles_c) * COT;
+  const int grp = co0 / cout_g, cog0 = co0 - grp * cout_g;
+  for (int i = threadIdx.x; i < cin_g * taps * COT; i += blockDim.x) {
+    const int j = i % COT, rest = i / COT;  // rest = ci * taps + tap
+    wsm[i] = wp[((int64_t)(grp * cin_g) * taps + rest) * cout_g + cog0 + j];
+  }
+  float b[COT];
+#pragma unroll
+  for (int j = 0; j < COT; ++j) b[j] = bias ? bias[co0 + j] : 0.f;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ow0 = blockIdx.x * s.seg;
+  const int64_t hw = (int64_t)s.Hin * s.Win;
+  const int64_t plane = (int64_t)s.Hout * s.Wout;
+  const float* xg = x + ((int64_t)n * s.Cin + (int64_t)grp * cin_g) * hw;
+  for (int rr = 0; rr < s.rows_per_block; ++rr) {
+    const int oh = blockIdx.y * s.rows_per_block + rr;
+    if (oh >= s.Hout) break;
+    __syncthreads();  // weights loaded / previous row's tile copied out
+    for (int rw = 0; rw < s.sw; ++rw) {
+      const int col = rw + s.sw * (warp * 32 + lane);  // column within the segment
+      const int ow = ow0 + col;
+      float acc[COT];
+#pragma unroll
+      for (int j = 0; j < COT; ++j) acc[j] = b[j];
+      for (int kh = 0; kh < s.KH; ++kh) {
+        const int hn = oh + s.ph - kh * s.dh;
+        if (hn < 0 || hn % s.sh) continue;
+        const int ih = hn / s.sh;
+        if (ih >= s.Hin) continue;
+        for (int kw = 0; kw < s.KW; ++kw) {
+          const int wn = ow0 + rw + s.pw - kw * s.dw;  // warp-uniform divisibility test
+          if (((wn % s.sw) + s.sw) % s.sw) continue;
+          const int iw = (ow + s.pw - kw * s.dw) / s.sw;
+          const bool ok = ow < s.Wout && ow + s.pw - kw * s.dw >= 0 && iw < s.Win;
+          const float* xp = xg + (int64_t)ih * s.Win + (ok ? iw : 0);
+          const float* wq = wsm + (kh * s.KW + kw) * COT;
+#pragma unroll 4
+          for (int ci = 0; ci < cin_g; ++ci) {
+            const float xv = ok ? __ldg(xp + ci * hw) : 0.f;
+            const float* wc = wq + ci * taps * COT;
+            if constexpr (COT % 4 == 0) {
+#pragma unroll
+              for (int j = 0; j < COT; j += 4) {
+                const float4 w4 = *reinterpret_cast<const float4*>(wc + j);
+                acc[j] = fmaf(xv, w4.x, acc[j]);
+                acc[j + 1] = fmaf(xv, w4.y, acc[j + 1]);
+                acc[j + 2] = fmaf(xv, w4.z, acc[j + 2]);
+                acc[j + 3] = fmaf(xv, w4.w, acc[j + 3]);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < COT; ++j) acc[j] = fmaf(xv, wc[j], acc[j]);
+            }
+          }
+        }
+      }
+      if (col < s.seg) {
+#pragma unroll
+        for (int j = 0; j < COT; ++j) ys[j * s.seg + col] = acc[j];
+      }
+    }
+    __syncthreads();
+    float* yrow = y + ((int64_t)n * s.Cout + co0) * plane + (int64_t)oh * s.Wout + ow0;
+    const int width = min(s.seg, s.Wout - ow0);
+#pragma unroll
+    for (int j = 0; j < COT; ++j)
+      for (int c = threadIdx.x; c < width; c += blockDim.x) __stcs(yrow + j * plane + c, ys[j * s.seg + c]);
+  }
+}
+
+template <int COT>
+void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
+                  PhaseShape s, cudaStream_t stream) {
+  const int per_phase = (s.Wout + s.sw - 1) / s.sw;
+  int warps = std::min(8, (per_phase + 31) / 32);
+  while (warps > 1 && (size_t)COT * 32 * warps * s.sw * sizeof(float) > 64 * 1024) --warps;
+  s.seg = 32 * warps * s.sw;
+  // several rows per block amortize the weight staging, unless that leaves too few blocks
+  const int64_t blocks1 = (int64_t)((s.Wout + s.seg - 1) / s.seg) * s.Hout * s.N * (s.Cout / COT);
+  s.rows_per_block = blocks1 >= 4 * 4 * 132 ? 4 : 1;
+  const int cin_g = s.Cin / s.groups;
+  const size_t wfloats = ((size_t)cin_g * s.KH * s.KW * COT + 3) & ~size_t(3);
+  const size_t smem = (wfloats + (size_t)COT * s.seg) * sizeof(float);
+  auto kernel = ct2d_phase<COT>;
+  static bool configured = false;  // once per instantiation, not on every call
+  if (!configured) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    configured = true;
+  }
+  dim3 grid((s.Wout + s.seg - 1) / s.seg, (s.Hout + s.rows_per_block - 1) / s.rows_per_block, s.N * (s.Cout / COT));
+  kernel<<<grid, 32 * warps, smem, stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s);
+}
+
+template <int BM, int NT, int SPLIT, int KH, int KW>
+void launch_igemm(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
+                  const IgemmShape& s, int N, cudaStream_t stream) {
+  constexpr int WS_SIZE = KH * KW * KC * (BM + 8);
+  const size_t smem = (size_t)s.stages * ((size_t)KC * s.ci_stride + WS_SIZE) * sizeof(float);
+  auto kernel = ct2d_igemm<BM, NT, SPLIT, KH, KW>;
+  static bool configured = false;  // once per instantiation, not on every call
+  if (!configured) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    configured = true;
+  }
+  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR), (s.Cout + BM - 1) / BM, N);
+  kernel<<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s);
+}
+
+template <int BM, int NT, int SPLIT>
+bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& wp, const float* bias,
+                   torch::Tensor& y, const IgemmShape& s, int N, cudaStream_t stream) {
+  if (KH == 3 && KW == 3) launch_igemm<BM, NT, SPLIT, 3, 3>(x, wp, bias, y, s, N, stream);
+  else if (KH == 3 && KW == 5) launch_igemm<BM, NT, SPLIT, 3, 5>(x, wp, bias, y, s, N, stream);
+  else if (KH == 3 && KW == 7) launch_igemm<BM, NT, SPLIT, 3, 7>(x, wp, bias, y, s, N, stream);
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+// x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups); returns y.
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wp_tf32,
+                                    c10::optional<torch::Tensor> bias,
+                                    int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
+                                    int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
+                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split) {
+  TORCH_CHECK(x.is_cuda() && wp.is_cuda(), "x and the packed weight must be CUDA tensors");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
+  TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
+  TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
+  x = x.contiguous();
+  wp = wp.contiguous();
+  const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
+  TORCH_CHECK(groups >= 1 && Cin % groups == 0 && Cout % groups == 0, "channels must divide by groups");
+  TORCH_CHECK(wp.size(0) == Cin && wp.size(1) == KH * KW && wp.size(2) == Cout / groups, "packed weight shape");
+  const int64_t Hout = (Hin - 1) * stride_h - 2 * pad_h + dil_h * (KH - 1) + outpad_h + 1;
+  const int64_t Wout = (Win - 1) * stride_w - 2 * pad_w + dil_w * (KW - 1) + outpad_w + 1;
+  TORCH_CHECK(Hout > 0 && Wout > 0, "output size is not positive");
+  TORCH_CHECK(x.numel() < (int64_t(1) << 31) && N * Cout * Hout * Wout < (int64_t(1) << 40), "tensor too large");
+  const float* b = nullptr;
+  torch::Tensor bias_c;
+  if (bias.has_value() && bias->defined()) {
+    bias_c = bias->contiguous();
+    TORCH_CHECK(bias_c.is_cuda() && bias_c.numel() == Cout && bias_c.scalar_type() == at::kFloat,
+                "bias must be a float32 CUDA tensor of out_channels elements");
+    b = bias_c.data_ptr<float>();
+  }
+  auto y = torch::empty({N, Cout, Hout, Wout}, x.options());
+  if (y.numel() == 0) return y;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+
+  const bool taps_ok = KH == 3 && (KW == 3 || KW == 5 || KW == 7);
+  if (stride_h == 1 && stride_w == 1 && groups == 1 && Cout % 32 == 0 && Cin >= KC && taps_ok) {
+    const int bm = Cout % 64 == 0 ? 64 : 32;
+    const int nt = bm == 64 ? 4 : 8;
+    const int pixels = (THREADS / 32) * nt * 8;
+    IgemmShape s{};
+    s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
+    s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
+    // tile width: the one of 128/64/32 that computes the fewest wasted columns (larger on ties)
+    int best = 128;
+    int64_t best_cols = ((Wout + 127) / 128) * 128;
+    for (int tw : {64, 32}) {
+      const int64_t cols = ((Wout + tw - 1) / tw) * tw;
+      if (cols < best_cols) { best = tw; best_cols = cols; }
+    }
+    s.TW = best; s.TR = pixels / best; s.tiles_w = (Wout + best - 1) / best;
+    s.rows = s.TR + (KH - 1) * dil_h;
+    s.rowlen = s.TW + (KW - 1) * dil_w;
+    s.ci_stride = s.rows * s.rowlen;
+    s.ci_stride += ((8 - s.ci_stride % 32) + 32) % 32;  // == 8 (mod 32): conflict-free B fragments
+    const size_t stage_bytes = ((size_t)KC * s.ci_stride + (size_t)KH * KW * KC * (bm + 8)) * sizeof(float);
+    // three stages when that still leaves room for the blocks per SM the kernel is built for
+    const size_t budget = split == 3 ? 200 * 1024 : 110 * 1024;
+    s.stages = 3 * stage_bytes <= budget ? 3 : 2;
+    const size_t smem = s.stages * stage_bytes;
+    if (smem <= 200 * 1024) {
+      bool done;
+      TORCH_CHECK(wp_tf32.sizes() == wp.sizes() && wp_tf32.is_contiguous(), "TF32 weight copy shape");
+      if (bm == 64) done = split == 3 ? dispatch_taps<64, 4, 3>(KH, KW, x, wp, b, y, s, N, stream)
+                                      : dispatch_taps<64, 4, 1>(KH, KW, x, wp_tf32, b, y, s, N, stream);
+      else done = split == 3 ? dispatch_taps<32, 8, 3>(KH, KW, x, wp, b, y, s, N, stream)
+                             : dispatch_taps<32, 8, 1>(KH, KW, x, wp_tf32, b, y, s, N, stream);
+      if (done) {
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        return y;
+      }
+    }
+  }
+
+  PhaseShape s{};
+  s.N = N; s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
+  s.KH = KH; s.KW = KW; s.sh = stride_h; s.sw = stride_w; s.ph = pad_h; s.pw = pad_w;
+  s.dh = dil_h; s.dw = dil_w; s.groups = groups;
+  const int64_t cout_g = Cout / groups;
+  const size_t per_co = (size_t)(Cin / groups) * KH * KW * sizeof(float);
+  // 16 channels per block when their weights are small, else 8 (more blocks resident per SM)
+  if (cout_g % 16 == 0 && per_co * 16 <= 16 * 1024) launch_phase<16>(x, wp, b, y, s, stream);
+  else if (cout_g % 8 == 0 && per_co * 8 <= 120 * 1024) launch_phase<8>(x, wp, b, y, s, stream);
+  else if (cout_g % 4 == 0 && per_co * 4 <= 120 * 1024) launch_phase<4>(x, wp, b, y, s, stream);
+  else {
+    TORCH_CHECK(per_co <= 120 * 1024, "too many input channels per group for the phase kernel");
+    launch_phase<1>(x, wp, b, y, s, stream);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}

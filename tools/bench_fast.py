@@ -1,0 +1,78 @@
+"""Quick GPU iteration for the fast ConvTranspose2d kernels (not the official measurement: that is
+`python run_eval.py --problem conv_transpose2d`). For each problem: rel L2 of each solution vs
+PyTorch with TF32 off, and CUDA-event medians (L2 flushed) of PyTorch default, PyTorch TF32-off
+and the solutions, all in this one process.
+
+    PYTHONPATH=. python tools/bench_fast.py [problem-number ...]
+"""
+import sys
+
+import torch
+
+from harness import problems, solutions
+from harness.config import load_config
+from harness.problems import construct, extra_shapes_for, load_module, make_inputs
+from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
+
+
+def timed(fn, rule=StoppingRule(5, 30, 0.2, 3.0)):
+    timer = CudaEventTimer("cuda", True)
+    return summarize(sample(fn, timer, rule, 3), timer.name).median_ms
+
+
+def check_extra_shapes(problem, mod):
+    """Worst rel L2 / max abs error vs float64 over the config's extra shapes (the harness checks
+    these too; this is the quick look)."""
+    cfg = load_config("configs/default.yaml")
+    originals = {k: getattr(mod, k) for k in dir(mod) if not k.startswith("_")}
+    for shape in extra_shapes_for(problem, cfg.correctness.extra_shapes, cfg.source):
+        for k, v in shape.items():
+            setattr(mod, k, v)
+        init = list(mod.get_init_inputs())
+        ref = construct(mod.Model, init, 0, "cuda").double()
+        inputs = make_inputs(mod, 2, "cuda")
+        truth = ref(*[x.double() for x in inputs])
+        for sol in solutions.for_problem(problem):
+            smod = load_module(sol.path, prefix="kb_solution")
+            out = construct(smod.ModelNew, init, 0, "cuda")(*inputs).double()
+            rel = float((out - truth).norm() / truth.norm())
+            print(f"   extra {shape}: {sol.name} rel_l2 {rel:.2e} max_abs {float((out - truth).abs().max()):.2e}")
+        for k, v in originals.items():
+            setattr(mod, k, v)
+
+
+def main(argv):
+    wanted = set(argv)
+    torch.cuda.set_device(0)
+    for problem in problems.select("conv_transpose2d"):
+        if wanted and problem.id.split("_")[0] not in wanted:
+            continue
+        mod = load_module(problem.path)
+        init = list(mod.get_init_inputs())
+        ref = construct(mod.Model, init, 0, "cuda")
+        inputs = make_inputs(mod, 1, "cuda")
+        with torch.no_grad():
+            torch.backends.cudnn.allow_tf32 = False
+            truth = ref(*inputs)
+            t_fp32 = timed(lambda: ref(*inputs))
+            torch.backends.cudnn.allow_tf32 = True
+            t_def = timed(lambda: ref(*inputs))
+            row = [problem.id.split("_")[0], f"ref {t_def:.3f}", f"ref_fp32 {t_fp32:.3f}"]
+            for sol in solutions.for_problem(problem):
+                if sol.name == "direct":
+                    continue
+                smod = load_module(sol.path, prefix="kb_solution")
+                model = construct(smod.ModelNew, init, 0, "cuda")
+                out = model(*inputs)
+                rel = float((out.double() - truth.double()).norm() / truth.double().norm())
+                t = timed(lambda: model(*inputs))
+                row.append(f"{sol.name} {t:.3f} ms rel_l2 {rel:.2e} x{t_def / t:.2f} (fp32 x{t_fp32 / t:.2f})")
+                del model, out
+            print(" | ".join(row), flush=True)
+            check_extra_shapes(problem, mod)
+            del ref, inputs, truth
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
