@@ -26,11 +26,14 @@ def _run(cmd: list[str], timeout: float = 10.0) -> str:
 
 
 def git_info() -> dict[str, Any]:
-    """The harness commit. A copy of the tree without .git (e.g. on a lent GPU machine) can
-    pass it in KB_GIT_COMMIT."""
+    """The harness commit. A copy of the tree whose .git is missing or stale (e.g. on a lent GPU
+    machine) passes it in KB_GIT_COMMIT, which then wins over what git says."""
+    given = os.environ.get("KB_GIT_COMMIT")
+    if given:
+        return {"commit": given, "dirty": None, "source": "KB_GIT_COMMIT"}
     commit = _run(["git", "rev-parse", "HEAD"])
     if not commit:
-        return {"commit": os.environ.get("KB_GIT_COMMIT") or None, "dirty": None}
+        return {"commit": None, "dirty": None}
     dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"]))
     return {"commit": commit, "dirty": dirty}
 

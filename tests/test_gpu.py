@@ -26,8 +26,10 @@ def test_cuda_example_and_cpp_solution_on_gpu(tmp_path):
     assert by_name["cpp_add"].status is Status.RUNTIME_ERROR and "CPU only" in by_name["cpp_add"].message
 
 
+@pytest.mark.parametrize("solution", ["direct", "fast"])
 @pytest.mark.parametrize("problem", ["901", "902"])
-def test_direct_kernel_correct_on_extra_variants(tmp_path, problem):
-    (result,) = _run(tmp_path, f"conv_transpose2d/{problem}", "direct")
+def test_kernels_correct_on_extra_variants(tmp_path, problem, solution):
+    (result,) = _run(tmp_path, f"conv_transpose2d/{problem}", solution)
     assert result.status is Status.OK, result.message
     assert result.correctness["max_abs_error"] < 1e-5
+    assert result.correctness["precision"] == "fp32"  # the phase kernel is exact fp32
