@@ -249,6 +249,9 @@ __global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const 
     }
 }
 
+constexpr int kMaxStride = 16;  // phase kernel limits (the host falls back to direct otherwise)
+constexpr int kMaxTaps = 32;
+
 struct PhaseShape {
   int N, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, sh, sw, ph, pw, dh, dw, groups;
   int rows_per_block, seg;  // seg = output columns per block (= sw * 32 * warps)
@@ -283,27 +286,52 @@ __global__ void __launch_bounds__(256) ct2d_phase(const float* __restrict__ x, c
   const int64_t hw = (int64_t)s.Hin * s.Win;
   const int64_t plane = (int64_t)s.Hout * s.Wout;
   const float* xg = x + ((int64_t)n * s.Cin + (int64_t)grp * cin_g) * hw;
+  // Per column phase rw, the valid kw and the input column of lane 0 of warp 0 (exact division):
+  // iw = base + 32 * warp + lane. Computed once per block, so the hot loop has no divisions.
+  __shared__ int kw_count[kMaxStride];
+  __shared__ int kw_list[kMaxStride][kMaxTaps];
+  __shared__ int kw_base[kMaxStride][kMaxTaps];
+  if (threadIdx.x < s.sw) {
+    const int rw = threadIdx.x;
+    int c = 0;
+    for (int kw = 0; kw < s.KW; ++kw) {
+      const int wn = ow0 + rw + s.pw - kw * s.dw;
+      if (((wn % s.sw) + s.sw) % s.sw) continue;
+      kw_list[rw][c] = kw;
+      kw_base[rw][c] = (wn - ((wn % s.sw) + s.sw) % s.sw) / s.sw;  // exact: wn divisible by sw
+      ++c;
+    }
+    kw_count[rw] = c;
+  }
   for (int rr = 0; rr < s.rows_per_block; ++rr) {
     const int oh = blockIdx.y * s.rows_per_block + rr;
     if (oh >= s.Hout) break;
-    __syncthreads();  // weights loaded / previous row's tile copied out
+    __syncthreads();  // weights and tap tables ready / previous row's tile copied out
+    int kh_n = 0, kh_list[kMaxTaps], ih_list[kMaxTaps];
+    for (int kh = 0; kh < s.KH; ++kh) {
+      const int hn = oh + s.ph - kh * s.dh;
+      if (hn < 0 || hn % s.sh) continue;
+      const int ih = hn / s.sh;
+      if (ih >= s.Hin) continue;
+      kh_list[kh_n] = kh;
+      ih_list[kh_n] = ih;
+      ++kh_n;
+    }
     for (int rw = 0; rw < s.sw; ++rw) {
       const int col = rw + s.sw * (warp * 32 + lane);  // column within the segment
       const int ow = ow0 + col;
       float acc[COT];
 #pragma unroll
       for (int j = 0; j < COT; ++j) acc[j] = b[j];
-      for (int kh = 0; kh < s.KH; ++kh) {
-        const int hn = oh + s.ph - kh * s.dh;
-        if (hn < 0 || hn % s.sh) continue;
-        const int ih = hn / s.sh;
-        if (ih >= s.Hin) continue;
-        for (int kw = 0; kw < s.KW; ++kw) {
-          const int wn = ow0 + rw + s.pw - kw * s.dw;  // warp-uniform divisibility test
-          if (((wn % s.sw) + s.sw) % s.sw) continue;
-          const int iw = (ow + s.pw - kw * s.dw) / s.sw;
-          const bool ok = ow < s.Wout && ow + s.pw - kw * s.dw >= 0 && iw < s.Win;
-          const float* xp = xg + (int64_t)ih * s.Win + (ok ? iw : 0);
+      const int nkw = kw_count[rw];
+      for (int a = 0; a < kh_n; ++a) {
+        const int kh = kh_list[a];
+        const float* xrow = xg + (int64_t)ih_list[a] * s.Win;
+        for (int q = 0; q < nkw; ++q) {
+          const int kw = kw_list[rw][q];
+          const int iw = kw_base[rw][q] + warp * 32 + lane;
+          const bool ok = ow < s.Wout && iw >= 0 && iw < s.Win;
+          const float* xp = xrow + (ok ? iw : 0);
           const float* wq = wsm + (kh * s.KW + kw) * COT;
 #pragma unroll 4
           for (int ci = 0; ci < cin_g; ++ci) {
@@ -459,6 +487,8 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     }
   }
 
+  TORCH_CHECK(stride_w <= kMaxStride && KH <= kMaxTaps && KW <= kMaxTaps,
+              "fast phase kernel: stride_w <= 16 and kernel sizes <= 32 (use the direct solution)");
   PhaseShape s{};
   s.N = N; s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
   s.KH = KH; s.KW = KW; s.sh = stride_h; s.sw = stride_w; s.ph = pad_h; s.pw = pad_w;
