@@ -21,9 +21,40 @@ class Solution:
     name: str
     path: Path
     sha256: str
+    sources_sha256: str = ""   # the file plus the helpers it may load (see helper_files)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "path": _display(self.path), "sha256": self.sha256}
+        return {"name": self.name, "path": _display(self.path), "sha256": self.sha256,
+                "sources_sha256": self.sources_sha256}
+
+
+def helper_files(path: Path) -> list[Path]:
+    """Files a solution may load besides itself: entries starting with '_' in its own folder and
+    the folder above, and everything inside such '_' folders (e.g. conv_transpose2d/_shared/).
+    A change in any of them makes a recorded result stale for --resume."""
+    found: list[Path] = []
+    for root in dict.fromkeys([path.parent, path.parent.parent]):
+        try:
+            children = sorted(root.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if not child.name.startswith("_") or child.name == "__pycache__":
+                continue
+            if child.is_file():
+                found.append(child)
+            elif child.is_dir():
+                found += sorted(f for f in child.rglob("*")
+                                if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+    return found
+
+
+def sources_sha256(path: Path) -> str:
+    import hashlib
+    digest = hashlib.sha256()
+    for f in [path] + [h for h in helper_files(path) if h != path]:
+        digest.update(str(f.name).encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -34,7 +65,7 @@ class Pair:
 
 def solution_from_path(path: Path) -> Solution:
     path = Path(path).resolve()
-    return Solution(name=path.stem, path=path, sha256=file_sha256(path))
+    return Solution(name=path.stem, path=path, sha256=file_sha256(path), sources_sha256=sources_sha256(path))
 
 
 def for_problem(problem: Problem, root: Path = SOLUTIONS_ROOT) -> list[Solution]:

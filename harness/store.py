@@ -1,6 +1,7 @@
 """Results on disk: results/<run-id>/<problem>__<solution>.json, one file per pair, written
 atomically as soon as the pair finishes, plus run.json (the run's manifest). Resume skips
-pairs already recorded for the same problem and solution content."""
+pairs already recorded for the same problem and solution content (the solution file and its
+helper files, e.g. a shared .cu)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -42,13 +43,15 @@ class Store:
         return path
 
     def recorded(self, pair: Pair) -> EvalResult | None:
-        """The stored result for this pair if problem and solution are unchanged since."""
+        """The stored result for this pair if the problem, the solution file and the helper
+        files it may load (solutions.helper_files) are unchanged since."""
         path = self.path_for(pair_key(pair.problem.id, pair.solution.name))
         if not path.exists():
             return None
         result = read_result(path)
         same = (result.problem.get("sha256") == pair.problem.sha256
-                and result.solution.get("sha256") == pair.solution.sha256)
+                and result.solution.get("sha256") == pair.solution.sha256
+                and result.solution.get("sources_sha256") == pair.solution.sources_sha256)
         return result if same else None
 
     def write_manifest(self, data: dict[str, Any]) -> None:

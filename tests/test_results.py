@@ -1,10 +1,11 @@
+import dataclasses
 import json
 
 import pytest
 
 from harness.errors import BadInput
 from harness.results import SCHEMA_VERSION, EvalResult, Status, TimingStats
-from harness.solutions import Pair, solution_from_path
+from harness.solutions import Pair, helper_files, solution_from_path
 from harness.problems import problem_from_path
 from harness.store import Store, load_run
 from harness.timing import summarize
@@ -48,6 +49,27 @@ def test_store_writes_one_file_per_pair_and_resume_checks_content(tmp_path):
     assert store.recorded(pair) == result
     changed = Pair(pair.problem, solution_from_path(FIXTURE_SOLUTIONS / "cpp_wrong.py"))
     assert store.recorded(changed) is None  # different solution: not recorded
+
+
+def test_resume_sees_a_changed_helper_file(tmp_path):
+    """A solution that loads a shared .cu is stale when that file changes, not only itself."""
+    family = tmp_path / "solutions" / "fam"
+    (family / "_shared").mkdir(parents=True)
+    (family / "p1").mkdir()
+    kernel = family / "_shared" / "k.cu"
+    kernel.write_text("// v1\n")
+    sol = family / "p1" / "fast.py"
+    sol.write_text("ModelNew = None\n")
+    before = solution_from_path(sol)
+    assert kernel.resolve() in helper_files(sol.resolve())
+    store = Store(tmp_path / "results", "run1")
+    store.write(dataclasses.replace(make_result(), solution=before.to_dict()))
+    problem = problem_from_path(ADD_PROBLEM)
+    assert store.recorded(Pair(problem, before)) is not None
+    kernel.write_text("// v2: the shared kernel changed, the solution file did not\n")
+    after = solution_from_path(sol)
+    assert after.sha256 == before.sha256 and after.sources_sha256 != before.sources_sha256
+    assert store.recorded(Pair(problem, after)) is None
 
 
 def test_corrupt_result_file_is_bad_input(tmp_path):
