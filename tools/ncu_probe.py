@@ -1,3 +1,9 @@
+"""Run each named problem's `fast` solution twice (construction + warm-up + one more call), for
+Nsight Compute to profile one launch:
+
+    PYTHONPATH=. ncu --kernel-name regex:ct2d --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats python tools/ncu_probe.py 81
+"""
 import sys
 import torch
 from harness import problems, solutions
