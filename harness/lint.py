@@ -54,13 +54,18 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return {k: v for k, v in names.items() if v.split(".")[0] in ("torch", "harness")}
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """'torch.nn.functional.conv2d' for F.conv2d (when F is an alias); None otherwise."""
+def _dotted(node: ast.AST, aliases: dict[str, str] | None = None) -> str | None:
+    """'torch.nn.functional.conv2d' for F.conv2d when F is an alias (None when the root is not
+    one); with aliases=None, the dotted name as written ('nn.Module')."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
-    if isinstance(node, ast.Name) and node.id in aliases:
+    if not isinstance(node, ast.Name):
+        return None
+    if aliases is None:
+        return ".".join([node.id] + parts[::-1])
+    if node.id in aliases:
         return ".".join([aliases[node.id]] + parts[::-1])
     return None
 
@@ -176,19 +181,11 @@ def _check_constructor(path: Path, tree: ast.Module, init_inputs: list) -> list[
             break
     else:
         last = chain[-1]
-        external = [b for b in last.bases if not (_dotted_name(b) or "").endswith("Module")]
+        external = [b for b in last.bases if not (_dotted(b) or "").endswith("Module")]
         if external:
             return []  # inherits a constructor from another module
         problem, line = _signature_problem(None, len(init_inputs)), chain[0].lineno
     return [Finding(path, line, "error", "constructor", problem)] if problem else []
-
-
-def _dotted_name(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return ".".join(([node.id] if isinstance(node, ast.Name) else []) + parts[::-1]) or None
 
 
 def _check_forward(path: Path, tree: ast.Module, aliases: dict[str, str]) -> list[Finding]:
@@ -198,7 +195,7 @@ def _check_forward(path: Path, tree: ast.Module, aliases: dict[str, str]) -> lis
         conv_attrs = set()
         for node in ast.walk(methods.get("__init__", ast.Module(body=[], type_ignores=[]))):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                callee = _dotted(node.value.func, aliases) or _dotted_name(node.value.func) or ""
+                callee = _dotted(node.value.func, aliases) or _dotted(node.value.func) or ""
                 if callee.rsplit(".", 1)[-1] in CONV_MODULES:
                     conv_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
         for name, method in methods.items():

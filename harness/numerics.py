@@ -5,6 +5,7 @@ The comparison is one replaceable function, `compare(out, truth, expected, tol)`
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -113,12 +114,11 @@ def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> 
 
 def shape_message(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
     message = f"shape mismatch: got {got}, expected {expected}"
-    numel = lambda shape: int(torch.tensor(shape, dtype=torch.float64).prod()) if shape else 1  # noqa: E731
-    if numel(got) == 0:
+    if math.prod(got) == 0:
         return (message + ": the output is empty. If forward passes an output tensor into C++ and the C++ "
                 "function assigns a new tensor to it (out = ...), the caller's tensor does not change "
                 "(torch::Tensor is a handle passed by value): write into it or return the new tensor")
-    if numel(got) == numel(expected):
+    if math.prod(got) == math.prod(expected):
         return message + ": the same number of elements in another shape (a view or reshape mistake?)"
     if len(got) == len(expected):
         names = DIM_NAMES.get(len(got), ())

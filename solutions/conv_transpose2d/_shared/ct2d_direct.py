@@ -4,7 +4,7 @@ creates them (so matched-seed construction gives the reference's weights)."""
 from pathlib import Path
 
 import torch
-import torch.nn as nn
+from ct2d_params import ConvTranspose2dParams
 from torch.utils.cpp_extension import load_inline
 
 _HERE = Path(__file__).resolve().parent
@@ -25,18 +25,7 @@ _ext = load_inline(
 )
 
 
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-
-
-class DirectConvTranspose2d(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0,
-                 dilation=1, groups=1, bias=False):
-        super().__init__()
-        self.conv_transpose2d = nn.ConvTranspose2d(
-            in_channels, out_channels, _pair(kernel_size), stride=stride, padding=padding,
-            output_padding=output_padding, groups=groups, bias=bias, dilation=dilation)
-
+class DirectConvTranspose2d(ConvTranspose2dParams):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = self.conv_transpose2d
         (sh, sw), (ph, pw), (oph, opw), (dh, dw) = c.stride, c.padding, c.output_padding, c.dilation

@@ -4,7 +4,7 @@ weights repacked to (Cin, KH*KW, Cout/groups) once per weight version, not on ev
 from pathlib import Path
 
 import torch
-import torch.nn as nn
+from ct2d_params import ConvTranspose2dParams
 from torch.utils.cpp_extension import load_inline
 
 _HERE = Path(__file__).resolve().parent
@@ -26,23 +26,15 @@ _ext = load_inline(
 )
 
 
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-
-
-class FastConvTranspose2d(nn.Module):
+class FastConvTranspose2d(ConvTranspose2dParams):
     """split=1: TF32 tensor cores where the implicit GEMM applies (stride 1, groups 1), TF32-class
     results; split=3: 3xTF32 there, fp32-class results. Other shapes run the exact-fp32 phase
     kernel either way."""
 
     split = 1
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0,
-                 dilation=1, groups=1, bias=False):
-        super().__init__()
-        self.conv_transpose2d = nn.ConvTranspose2d(
-            in_channels, out_channels, _pair(kernel_size), stride=stride, padding=padding,
-            output_padding=output_padding, groups=groups, bias=bias, dilation=dilation)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self._packed = None
         self._packed_key = None
 
