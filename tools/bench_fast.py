@@ -5,6 +5,7 @@ and the solutions, all in this one process.
 
     PYTHONPATH=. python tools/bench_fast.py [problem-number ...]
 """
+import os
 import sys
 
 import torch
@@ -13,6 +14,10 @@ from harness import problems, solutions
 from harness.config import load_config
 from harness.problems import construct, extra_shapes_for, load_module, make_inputs
 from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
+
+
+# BENCH_CONFIGS=1,2,3 also times the tensor-core kernel with each forced tiling (see fast.cu)
+CONFIGS = [int(c) for c in os.environ.get("BENCH_CONFIGS", "").split(",") if c]
 
 
 def timed(fn, rule=StoppingRule(5, 30, 0.2, 3.0)):
@@ -45,6 +50,7 @@ def main(argv):
     wanted = set(argv)
     torch.cuda.set_device(0)
     for problem in problems.select("conv_transpose2d"):
+        torch.cuda.synchronize()
         if wanted and problem.id.split("_")[0] not in wanted:
             continue
         mod = load_module(problem.path)
@@ -67,6 +73,19 @@ def main(argv):
                 rel = float((out.double() - truth.double()).norm() / truth.double().norm())
                 t = timed(lambda: model(*inputs))
                 row.append(f"{sol.name} {t:.3f} ms rel_l2 {rel:.2e} x{t_def / t:.2f} (fp32 x{t_fp32 / t:.2f})")
+                tunable = getattr(model, "split", 0) == 1 and getattr(model, "conv_transpose2d").stride == (1, 1)
+                for cfg in CONFIGS if tunable else ():
+                    if cfg in (1, 2) and model.conv_transpose2d.out_channels % 64:
+                        continue
+                    model.config = cfg  # tensor-core tiling forced (tuning); 0 = automatic
+                    try:
+                        out = model(*inputs)
+                    except RuntimeError as e:
+                        row.append(f"cfg{cfg} {str(e).splitlines()[0]}")
+                        continue
+                    rel = float((out.double() - truth.double()).norm() / truth.double().norm())
+                    t = timed(lambda: model(*inputs))
+                    row.append(f"cfg{cfg} {t:.3f} rel {rel:.1e}")
                 del model, out
             print(" | ".join(row), flush=True)
             check_extra_shapes(problem, mod)

@@ -3,8 +3,12 @@ Nsight Compute to profile one launch:
 
     PYTHONPATH=. ncu --kernel-name regex:ct2d --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats python tools/ncu_probe.py 81
+
+FAST_CONFIG=1..3 forces the tensor-core kernel's tiling.
 """
+import os
 import sys
+
 import torch
 from harness import problems, solutions
 from harness.problems import construct, load_module, make_inputs
@@ -15,6 +19,7 @@ for pid in sys.argv[1:]:
     sol = [s for s in solutions.for_problem(problem) if s.name == "fast"][0]
     smod = load_module(sol.path, prefix="kb_solution")
     model = construct(smod.ModelNew, list(mod.get_init_inputs()), 0, "cuda")
+    model.config = int(os.environ.get("FAST_CONFIG", "0"))  # tensor-core tiling (see fast.cu)
     x = make_inputs(mod, 1, "cuda")
     with torch.no_grad():
         for _ in range(2):

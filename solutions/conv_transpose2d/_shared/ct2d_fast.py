@@ -10,11 +10,11 @@ from torch.utils.cpp_extension import load_inline
 _HERE = Path(__file__).resolve().parent
 
 CPP_DECL = """
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wp_tf32,
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm,
                                     c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
-                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split);
+                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
 """
 
 _ext = load_inline(
@@ -32,6 +32,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
     kernel either way."""
 
     split = 1
+    config = 0  # tensor-core tiling: 0 = chosen from the shapes (1..3 force one, for tuning)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -39,16 +40,27 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         self._packed_key = None
 
     def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(exact, TF32-rounded) weights as (Cin, KH*KW, Cout/groups); rebuilt only when the
-        parameter changes (another tensor, or an in-place update bumps its version)."""
+        """Weights repacked for the kernels, rebuilt only when the parameter changes (another
+        tensor, or an in-place update bumps its version):
+        - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
+        - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
+          tensor-core kernel (groups == 1 only): TF32-rounded for split 1, exact for split 3."""
         w = self.conv_transpose2d.weight
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
             cin, cout_g, kh, kw = w.shape
-            packed = w.detach().permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
-            bits = packed.view(torch.int32)  # round to nearest TF32 (10 mantissa bits), ties away
-            rounded = torch.bitwise_and(bits + 0x1000, -0x2000).view(torch.float32)
-            self._packed = (packed, rounded)
+            wd = w.detach()
+            packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
+            mma = wd.new_empty(0)
+            if self.conv_transpose2d.groups == 1:
+                chunks = (cin + 7) // 8
+                padded = torch.zeros(chunks * 8, kh * kw, cout_g, dtype=wd.dtype, device=wd.device)
+                padded[:cin] = packed
+                mma = padded.view(chunks, 8, kh * kw, cout_g).permute(0, 2, 3, 1).contiguous()
+                if self.split == 1:  # round to nearest TF32 (10 mantissa bits), ties away
+                    bits = mma.view(torch.int32)
+                    mma = torch.bitwise_and(bits + 0x1000, -0x2000).view(torch.float32)
+            self._packed = (packed, mma)
             self._packed_key = key
         return self._packed
 
@@ -56,9 +68,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         c = self.conv_transpose2d
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        exact, rounded = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, exact, rounded, c.bias, c.out_channels, kh, kw, sh, sw,
-                                          ph, pw, oph, opw, dh, dw, c.groups, self.split)
+        packed, mma = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, packed, mma, c.bias, c.out_channels, kh, kw, sh, sw,
+                                          ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
 
 
 class FastConvTranspose2dFP32(FastConvTranspose2d):

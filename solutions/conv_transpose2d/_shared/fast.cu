@@ -24,6 +24,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 
@@ -50,68 +51,115 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src, int byt
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
+__device__ __forceinline__ void cp_async4s(uint32_t dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async16s(uint32_t dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_0() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 constexpr int KC = 8;        // input channels per pipeline stage (the MMA's K)
 constexpr int THREADS = 256; // 8 warps
+constexpr int MAXC = 5;      // staged input columns per thread: slot + 32 j, j < MAXC
 
-struct IgemmShape {
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+struct MmaShape {
   int Cin, Hin, Win, Cout, Hout, Wout, pad_h, pad_w, dil_h, dil_w;
-  int TW, TR, tiles_w;          // tile: TR rows x TW columns of output pixels
-  int rows, rowlen, ci_stride;  // staged input tile (with halo), per input channel
-  int stages;                   // cp.async pipeline depth: 2 or 3
+  int TW, TR, tiles_w, co_blocks;  // output tile: TR rows x TW columns, for BM channels
+  int rows, need, ncol, rowlen;    // staged input rows, columns needed, 32-column groups, row stride (= 32 ncol)
+  int stages, chunks;              // cp.async pipeline depth; Cin padded to 8 / 8
 };
 
-// BM output channels x (8 warps * NT * 8) pixels per block; each warp: BM channels x NT*8 pixels.
-template <int BM, int NT, int SPLIT, int KH, int KW>
-__global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const float* __restrict__ x, const float* __restrict__ wp,
-                                                      const float* __restrict__ bias, float* __restrict__ y,
-                                                      const IgemmShape s) {
-  constexpr int MT = BM / 16;          // m16 tiles per warp
+// Implicit GEMM per image: D[co][pixel] = sum_{ci,kh,kw} W[co][ci,kh,kw] * X[ci,kh,kw][pixel].
+// Block: BM = 16*MT output channels x (8 warps * NT*8) pixels; a warp owns NT*8 consecutive
+// pixels of one output row and all BM channels, i.e. MT x NT m16n8k8 tiles.
+// Shared memory per stage: the input tile with its halo as [row][col][8 channels], then the
+// chunk's weights as [tap][co][8 channels]. In both, the two 4-channel halves of a 32-byte row
+// are swapped when bit 2 of the row index is set, so any 8 consecutive rows are one
+// conflict-free ldmatrix phase (also at the odd pixel offsets the taps start at). Both operands
+// are fetched with ldmatrix.x4: MT + NT/2 instructions feed MT*NT MMAs per tap.
+// Weights arrive packed as wm[chunk][tap][co][8] (input channels innermost, zero-padded to a
+// multiple of 8): TF32-rounded for SPLIT = 1; exact for SPLIT = 3, which splits both operands
+// into hi + lo TF32 parts and runs a_hi*b_hi + a_hi*b_lo + a_lo*b_hi with per-chunk accumulators.
+template <int MT, int NT, int SPLIT, int KH, int KW>
+__global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
+    ct2d_mma(const float* __restrict__ x, const float* __restrict__ wm, const float* __restrict__ bias,
+             float* __restrict__ y, const MmaShape s) {
+  constexpr int BM = 16 * MT;
   constexpr int TAPS = KH * KW;
-  constexpr int CO_STRIDE = BM + 8;    // == 8 (mod 32): conflict-free A fragments
-  constexpr int WS_SIZE = TAPS * KC * CO_STRIDE;
+  constexpr int WS_SIZE = TAPS * BM * KC;
   extern __shared__ __align__(16) float smem[];
-  const int xs_size = KC * s.ci_stride;
-  const int stage_size = xs_size + WS_SIZE;  // stage k: input tile at k*stage_size, weights after it
+  const int xs_size = s.rows * s.rowlen * KC;
+  const uint32_t stage_bytes = (xs_size + WS_SIZE) * 4;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int oh0 = (blockIdx.x / s.tiles_w) * s.TR, ow0 = (blockIdx.x % s.tiles_w) * s.TW;
-  const int co0 = blockIdx.y * BM;
+  const int cob = blockIdx.x % s.co_blocks, tile = blockIdx.x / s.co_blocks;  // channel blocks
+  const int oh0 = (tile / s.tiles_w) * s.TR, ow0 = (tile % s.tiles_w) * s.TW;  // of a tile adjacent
+  const int co0 = cob * BM;
   const int n = blockIdx.z;
   const int ih_base = oh0 + s.pad_h - (KH - 1) * s.dil_h;
   const int iw_base = ow0 + s.pad_w - (KW - 1) * s.dil_w;
   const float* xn = x + (int64_t)n * s.Cin * s.Hin * s.Win;
-  const int chunks = (s.Cin + KC - 1) / KC;
+  const int hw = s.Hin * s.Win;
 
+  // Input staging: thread (channel k_ld = tid & 7 of the chunk, slot = tid >> 3) copies columns
+  // slot + 32 j of every staged row. Per block: the clamped input column of each and whether it
+  // is inside the image; per element then only a row pointer add and a zero-fill size.
+  const int k_ld = tid & 7, slot = tid >> 3;
+  int col_off[MAXC];
+  uint32_t col_in = 0;
+#pragma unroll
+  for (int j = 0; j < MAXC; ++j) {
+    const int iw = iw_base + slot + 32 * j;
+    const bool ok = slot + 32 * j < s.need && iw >= 0 && iw < s.Win;
+    col_off[j] = ok ? iw : 0;
+    col_in |= (ok ? 1u : 0u) << j;
+  }
+  const uint32_t x_dst = (slot * KC + (k_ld ^ (slot & 4))) * 4;  // + j * 32 * KC * 4
+  const uint32_t row_bytes = s.rowlen * KC * 4;
   auto load_chunk = [&](int chunk, int stage) {
-    const int ci0 = chunk * KC;
-    // input tile: one warp per (channel, row), lanes along the row
-    for (int row = warp; row < KC * s.rows; row += THREADS / 32) {
-      const int cl = row / s.rows, r = row - cl * s.rows;
-      const int ci = ci0 + cl, ih = ih_base + r;
-      const bool row_ok = ci < s.Cin && ih >= 0 && ih < s.Hin;
-      const float* src_row = xn + ((int64_t)(row_ok ? ci : 0) * s.Hin + (row_ok ? ih : 0)) * s.Win;
-      float* dst_row = smem + stage * stage_size + cl * s.ci_stride + r * s.rowlen;
-      for (int c = lane; c < s.rowlen; c += 32) {
-        const int iw = iw_base + c;
-        const bool ok = row_ok && iw >= 0 && iw < s.Win;
-        cp_async4(dst_row + c, ok ? src_row + iw : xn, ok);
-      }
+    const uint32_t xs_s = smem_base + stage * stage_bytes;
+    const int ci = chunk * KC + k_ld;
+    const bool ci_ok = ci < s.Cin;
+    const float* xc = xn + (int64_t)(ci_ok ? ci : 0) * hw;
+    for (int r = 0; r < s.rows; ++r) {
+      const int ih = ih_base + r;
+      const bool row_ok = ci_ok && ih >= 0 && ih < s.Hin;
+      const float* xr = xc + (row_ok ? ih : 0) * s.Win;
+      const uint32_t in = row_ok ? col_in : 0u;
+      const uint32_t dr = xs_s + r * row_bytes + x_dst;
+#pragma unroll
+      for (int j = 0; j < MAXC; ++j)
+        if (j < s.ncol) cp_async4s(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
     }
-    // weights of this chunk for all taps: [tap][ci][co], 16-byte pieces
-    constexpr int Q = BM / 4;
-    for (int i = tid; i < TAPS * KC * Q; i += THREADS) {
-      const int q = i % Q, rowi = i / Q, cl = rowi % KC, tap = rowi / KC;
-      const int ci = ci0 + cl, co = co0 + q * 4;
-      const int bytes = (ci < s.Cin && co < s.Cout) ? 16 : 0;
-      const float* src = bytes ? wp + ((int64_t)ci * TAPS + tap) * s.Cout + co : wp;
-      cp_async16(smem + stage * stage_size + xs_size + (tap * KC + cl) * CO_STRIDE + q * 4, src, bytes);
+    // weights [tap][co][8]: 16-byte halves, swapped when bit 2 of co is set
+    const uint32_t ws_s = xs_s + xs_size * 4;
+    const float* wsrc = wm + ((int64_t)chunk * TAPS * s.Cout + co0) * KC;
+    for (int i = tid; i < TAPS * BM * 2; i += THREADS) {
+      const int half = i & 1, co = (i >> 1) % BM, tap = (i >> 1) / BM;
+      cp_async16s(ws_s + ((tap * BM + co) * KC + ((half ^ (co >> 2)) & 1) * 4) * 4,
+                  wsrc + ((int64_t)tap * s.Cout + co) * KC + half * 4);
     }
     cp_async_commit();
   };
+
+  // this warp's pixels: output row oh0 + wr, columns ow0 + wc*NT*8 + [0, NT*8)
+  const int wpr = s.TW / (NT * 8);
+  const int wr = warp / wpr, wc = warp % wpr;
+  const int col0 = wc * NT * 8;
+  const bool active = oh0 + wr < s.Hout && ow0 + col0 < s.Wout;
+  const int pairs = active ? min(NT / 2, (s.Wout - ow0 - col0 + 15) / 16) : 0;  // n-tile pairs in range
 
   float acc[MT][NT][4];
   float part[SPLIT == 3 ? MT : 1][SPLIT == 3 ? NT : 1][4];
@@ -122,35 +170,31 @@ __global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const 
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
 
-  // per-lane offsets: B fragments read pixel (column g of n-tile j), channel t / t+4
-  int xoff[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int p = (warp * NT + j) * 8 + g;
-    const int r = p / s.TW;
-    xoff[j] = t * s.ci_stride + r * s.rowlen + (p - r * s.TW);
-  }
-  const int rowstep = s.dil_h * s.rowlen;
-  const int ci4 = 4 * s.ci_stride;
-  const int woff = t * CO_STRIDE + g;
+  // ldmatrix lane addresses (bytes). A: sub-matrix lane>>3 = (co half, k half) = (bit 0, bit 1).
+  const uint32_t a_lane = (((lane & 7) + ((lane >> 3) & 1) * 8) * KC + (((lane >> 4) ^ (lane >> 2)) & 1) * 4) * 4;
+  // B: sub-matrix lane>>3 = (k half, n-tile of the pair) = (bit 0, bit 1)
+  const int b_khalf = (lane >> 3) & 1;
+  const uint32_t b_lane = ((wr * s.rowlen + col0 + (lane & 7) + (lane >> 4) * 8) * KC) * 4;
+  const uint32_t rowstep = s.dil_h * s.rowlen * KC * 4;
 
-  // pipeline: chunk c lives in stage c % stages; stages-1 chunks are in flight ahead of the one
-  // being computed, and one __syncthreads per chunk both publishes a landed chunk and retires
-  // the stage that the next load overwrites.
-  const int S = s.stages;
+  const int S = s.stages, chunks = s.chunks;
   for (int c = 0; c < S - 1; ++c) {
     if (c < chunks) load_chunk(c, c);
     else cp_async_commit();
   }
+  int stage = 0, next_stage = S - 1;  // stage of this chunk / of chunk + S - 1
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int stage = chunk % S;
     if (S == 3) cp_async_wait_1();
     else cp_async_wait_0();
     __syncthreads();
-    if (chunk + S - 1 < chunks) load_chunk(chunk + S - 1, (chunk + S - 1) % S);
+    if (chunk + S - 1 < chunks) load_chunk(chunk + S - 1, next_stage);
     else cp_async_commit();
-    const float* xsb = smem + stage * stage_size;
-    const float* wsb = smem + stage * stage_size + xs_size + woff;
+    next_stage = next_stage + 1 == S ? 0 : next_stage + 1;
+    const int cur = stage;
+    stage = stage + 1 == S ? 0 : stage + 1;
+    if (!active) continue;
+    const uint32_t xs_s = smem_base + cur * stage_bytes;
+    const uint32_t ws_s = xs_s + xs_size * 4;
     if constexpr (SPLIT == 3) {
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -159,60 +203,77 @@ __global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const 
 #pragma unroll
           for (int k = 0; k < 4; ++k) part[i][j][k] = 0.f;
     }
-#pragma unroll 1
-    for (int kh = 0; kh < KH; ++kh) {  // not unrolled: unrolling all taps made the compiler spill
-      const float* wrow = wsb + kh * KW * KC * CO_STRIDE;
-      const float* xrow = xsb + (KH - 1 - kh) * rowstep;
-#pragma unroll
-      for (int kw = 0; kw < KW; ++kw) {
-        const float* wt = wrow + kw * KC * CO_STRIDE;
-        const int shift = (KW - 1 - kw) * s.dil_w;
-        uint32_t a[MT][4], b[NT][2];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const float v[4] = {wt[i * 16], wt[i * 16 + 8], wt[4 * CO_STRIDE + i * 16], wt[4 * CO_STRIDE + i * 16 + 8]};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) a[i][k] = SPLIT == 3 ? to_tf32(v[k]) : __float_as_uint(v[k]);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const float* xp = xrow + xoff[j] + shift;
-          b[j][0] = __float_as_uint(xp[0]);
-          b[j][1] = __float_as_uint(xp[ci4]);
-        }
-        if constexpr (SPLIT == 3) {
-          uint32_t a_lo[MT][4], b_lo[NT][2];
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const float v = (k < 2 ? wt[i * 16 + k * 8] : wt[4 * CO_STRIDE + i * 16 + (k - 2) * 8]);
-              a_lo[i][k] = to_tf32(v - __uint_as_float(a[i][k]));
+    // FULL: every n-tile of the warp is inside the output (no per-pair guards in the hot loop)
+    auto taps = [&](auto full) {
+      constexpr bool FULL = decltype(full)::value;
+  #pragma unroll 1
+      for (int kh = 0; kh < KH; ++kh) {
+        const uint32_t xrow = xs_s + b_lane + (KH - 1 - kh) * rowstep;
+        const uint32_t wrow = ws_s + a_lane + kh * KW * BM * KC * 4;
+  #pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {
+          const int shift = (KW - 1 - kw) * s.dil_w;
+          const uint32_t swz = ((((lane & 7) + shift) >> 2) ^ b_khalf) & 1;  // bit 2 of the pixel
+          const uint32_t xb = xrow + shift * KC * 4 + swz * 16;
+          uint32_t a[MT][4], b[NT][2];
+  #pragma unroll
+          for (int i = 0; i < MT; ++i) ldsm_x4(a[i], wrow + (kw * BM + i * 16) * KC * 4);
+  #pragma unroll
+          for (int jp = 0; jp < NT / 2; ++jp) {
+            if (FULL || jp < pairs) {
+              uint32_t r[4];
+              ldsm_x4(r, xb + jp * 16 * KC * 4);
+              b[2 * jp][0] = r[0]; b[2 * jp][1] = r[1]; b[2 * jp + 1][0] = r[2]; b[2 * jp + 1][1] = r[3];
             }
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-              const float v = __uint_as_float(b[j][k]);
-              b[j][k] = to_tf32(v);
-              b_lo[j][k] = to_tf32(v - __uint_as_float(b[j][k]));
+          }
+          if constexpr (SPLIT == 3) {
+            uint32_t a_lo[MT][4], b_lo[NT][2];
+  #pragma unroll
+            for (int i = 0; i < MT; ++i)
+  #pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const float v = __uint_as_float(a[i][k]);
+                a[i][k] = to_tf32(v);
+                a_lo[i][k] = to_tf32(v - __uint_as_float(a[i][k]));
+              }
+  #pragma unroll
+            for (int j = 0; j < NT; ++j)
+  #pragma unroll
+              for (int k = 0; k < 2; ++k) {
+                const float v = __uint_as_float(b[j][k]);
+                b[j][k] = to_tf32(v);
+                b_lo[j][k] = to_tf32(v - __uint_as_float(b[j][k]));
+              }
+  #pragma unroll
+            for (int jp = 0; jp < NT / 2; ++jp) {
+              if (FULL || jp < pairs) {
+  #pragma unroll
+                for (int i = 0; i < MT; ++i)
+  #pragma unroll
+                  for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+                    mma_tf32(part[i][j], a_lo[i], b[j]);
+                    mma_tf32(part[i][j], a[i], b_lo[j]);
+                    mma_tf32(part[i][j], a[i], b[j]);
+                  }
+              }
             }
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              mma_tf32(part[i][j], a_lo[i], b[j]);
-              mma_tf32(part[i][j], a[i], b_lo[j]);
-              mma_tf32(part[i][j], a[i], b[j]);
+          } else {
+  #pragma unroll
+            for (int jp = 0; jp < NT / 2; ++jp) {
+              if (FULL || jp < pairs) {
+  #pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                  mma_tf32(acc[i][2 * jp], a[i], b[2 * jp]);
+                  mma_tf32(acc[i][2 * jp + 1], a[i], b[2 * jp + 1]);
+                }
+              }
             }
-        } else {
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+          }
         }
       }
-    }
+    };
+    if (pairs == NT / 2) taps(std::true_type{});
+    else taps(std::false_type{});
     if constexpr (SPLIT == 3) {  // short tensor-core accumulation chains, fp32 adds across chunks
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -222,23 +283,22 @@ __global__ void __launch_bounds__(THREADS, SPLIT == 3 ? 1 : 2) ct2d_igemm(const 
           for (int k = 0; k < 4; ++k) acc[i][j][k] += part[i][j][k];
     }
   }
+  if (!active) return;
 
   // epilogue: C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1)
   float* yn = y + (int64_t)n * s.Cout * s.Hout * s.Wout;
+  const int oh = oh0 + wr;
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int co = co0 + i * 16 + g + half * 8;
-      if (co >= s.Cout) continue;
       const float b0 = bias ? bias[co] : 0.f;
+      float* yrow = yn + ((int64_t)co * s.Hout + oh) * s.Wout;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int p = (warp * NT + j) * 8 + 2 * t;
-        const int r = p / s.TW, c = p - r * s.TW;
-        const int oh = oh0 + r, ow = ow0 + c;
-        if (oh >= s.Hout) continue;
-        float* dst = yn + ((int64_t)co * s.Hout + oh) * s.Wout + ow;
+        const int ow = ow0 + col0 + j * 8 + 2 * t;
+        float* dst = yrow + ow;
         if (ow + 1 < s.Wout && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
           __stcs(reinterpret_cast<float2*>(dst), make_float2(acc[i][j][half * 2] + b0, acc[i][j][half * 2 + 1] + b0));
         } else {
@@ -390,39 +450,93 @@ void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   kernel<<<grid, 32 * warps, smem, stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s);
 }
 
-template <int BM, int NT, int SPLIT, int KH, int KW>
-void launch_igemm(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
-                  const IgemmShape& s, int N, cudaStream_t stream) {
-  constexpr int WS_SIZE = KH * KW * KC * (BM + 8);
-  const size_t smem = (size_t)s.stages * ((size_t)KC * s.ci_stride + WS_SIZE) * sizeof(float);
-  auto kernel = ct2d_igemm<BM, NT, SPLIT, KH, KW>;
+template <int MT, int NT, int SPLIT, int KH, int KW>
+void launch_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* bias, torch::Tensor& y,
+                const MmaShape& s, int N, size_t smem, cudaStream_t stream) {
+  auto kernel = ct2d_mma<MT, NT, SPLIT, KH, KW>;
   static bool configured = false;  // once per instantiation, not on every call
   if (!configured) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
     configured = true;
   }
-  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR), (s.Cout + BM - 1) / BM, N);
-  kernel<<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s);
+  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
+  kernel<<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), wm.data_ptr<float>(), bias, y.data_ptr<float>(), s);
 }
 
-template <int BM, int NT, int SPLIT>
-bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& wp, const float* bias,
-                   torch::Tensor& y, const IgemmShape& s, int N, cudaStream_t stream) {
-  if (KH == 3 && KW == 3) launch_igemm<BM, NT, SPLIT, 3, 3>(x, wp, bias, y, s, N, stream);
-  else if (KH == 3 && KW == 5) launch_igemm<BM, NT, SPLIT, 3, 5>(x, wp, bias, y, s, N, stream);
-  else if (KH == 3 && KW == 7) launch_igemm<BM, NT, SPLIT, 3, 7>(x, wp, bias, y, s, N, stream);
+template <int MT, int NT, int SPLIT>
+bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& wm, const float* bias,
+                   torch::Tensor& y, const MmaShape& s, int N, size_t smem, cudaStream_t stream) {
+  if (KH == 3 && KW == 3) launch_mma<MT, NT, SPLIT, 3, 3>(x, wm, bias, y, s, N, smem, stream);
+  else if (KH == 3 && KW == 5) launch_mma<MT, NT, SPLIT, 3, 5>(x, wm, bias, y, s, N, smem, stream);
+  else if (KH == 3 && KW == 7) launch_mma<MT, NT, SPLIT, 3, 7>(x, wm, bias, y, s, N, smem, stream);
   else return false;
   return true;
 }
 
+// Tensor-core path for stride 1, groups 1. config 0 picks the tiling from the shapes; 1..3 force
+// (MT, NT) = (4, 8), (4, 4), (2, 8) (for tuning runs). Returns false where the path does not apply.
+bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, torch::Tensor& y, int64_t KH,
+             int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t split,
+             int64_t config, cudaStream_t stream) {
+  const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
+  const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
+  if (!(KH == 3 && (KW == 3 || KW == 5 || KW == 7)) || Cout % 32 != 0 || Cin < 4) return false;
+  const int64_t chunks = (Cin + KC - 1) / KC;
+  TORCH_CHECK(wm.is_cuda() && wm.is_contiguous() && wm.numel() == chunks * KH * KW * Cout * KC,
+              "MMA weight copy: expected (ceil(Cin/8), KH*KW, Cout, 8)");
+  int mt, nt;
+  if (config == 0) {
+    mt = Cout % 64 == 0 ? 4 : 2;
+    nt = split == 3 ? (mt == 4 ? 4 : 8) : 8;
+  } else {
+    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..3");
+    mt = config == 3 ? 2 : 4;
+    nt = config == 1 ? 8 : (config == 2 ? 4 : 8);
+  }
+  if (Cout % (16 * mt) != 0) return false;
+  if (split == 3 && mt * nt > 16) return false;
+  MmaShape s{};
+  s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
+  s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
+  s.co_blocks = Cout / (16 * mt);
+  const int seg = nt * 8;  // pixels per warp, along one row
+  // one warp per row when that covers the width with little waste, else two per row
+  const int64_t waste1 = ((Wout + seg - 1) / seg) * seg - Wout;
+  const int64_t waste2 = ((Wout + 2 * seg - 1) / (2 * seg)) * 2 * seg - Wout;
+  s.TW = (waste2 < waste1 && Wout >= 4 * seg) ? 2 * seg : seg;
+  s.TR = (THREADS / 32) * seg / s.TW;
+  s.tiles_w = (Wout + s.TW - 1) / s.TW;
+  s.rows = s.TR + (KH - 1) * dil_h;
+  s.need = s.TW + (KW - 1) * dil_w;
+  s.ncol = (s.need + 31) / 32;
+  if (s.ncol > MAXC) return false;
+  s.rowlen = 32 * s.ncol;
+  s.chunks = chunks;
+  const size_t stage = ((size_t)s.rows * s.rowlen * KC + (size_t)KH * KW * 16 * mt * KC) * sizeof(float);
+  const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
+  s.stages = 3 * stage <= per_block ? 3 : 2;
+  if (s.stages * stage > per_block) return false;
+  const size_t smem = s.stages * stage;
+  const int64_t N_ = N;
+  if (split == 3) {
+    if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+    return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+  }
+  if (mt == 4 && nt == 8) return dispatch_taps<4, 8, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+  if (mt == 4) return dispatch_taps<4, 4, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+  return dispatch_taps<2, 8, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+}
+
 }  // namespace
 
-// x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups); returns y.
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wp_tf32,
+// x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
+// phase kernel; wm: (ceil(Cin/8), KH*KW, Cout, 8) for the tensor-core kernel, TF32-rounded when
+// split == 1 and exact when split == 3 (may be empty where that kernel does not apply). Returns y.
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm,
                                     c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
-                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split) {
+                                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config) {
   TORCH_CHECK(x.is_cuda() && wp.is_cuda(), "x and the packed weight must be CUDA tensors");
   TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
@@ -448,43 +562,10 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   if (y.numel() == 0) return y;
   auto stream = c10::cuda::getCurrentCUDAStream();
 
-  const bool taps_ok = KH == 3 && (KW == 3 || KW == 5 || KW == 7);
-  if (stride_h == 1 && stride_w == 1 && groups == 1 && Cout % 32 == 0 && Cin >= KC && taps_ok) {
-    const int bm = Cout % 64 == 0 ? 64 : 32;
-    const int nt = bm == 64 ? 4 : 8;
-    const int pixels = (THREADS / 32) * nt * 8;
-    IgemmShape s{};
-    s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
-    s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
-    // tile width: the one of 128/64/32 that computes the fewest wasted columns (larger on ties)
-    int best = 128;
-    int64_t best_cols = ((Wout + 127) / 128) * 128;
-    for (int tw : {64, 32}) {
-      const int64_t cols = ((Wout + tw - 1) / tw) * tw;
-      if (cols < best_cols) { best = tw; best_cols = cols; }
-    }
-    s.TW = best; s.TR = pixels / best; s.tiles_w = (Wout + best - 1) / best;
-    s.rows = s.TR + (KH - 1) * dil_h;
-    s.rowlen = s.TW + (KW - 1) * dil_w;
-    s.ci_stride = s.rows * s.rowlen;
-    s.ci_stride += ((8 - s.ci_stride % 32) + 32) % 32;  // == 8 (mod 32): conflict-free B fragments
-    const size_t stage_bytes = ((size_t)KC * s.ci_stride + (size_t)KH * KW * KC * (bm + 8)) * sizeof(float);
-    // three stages when that still leaves room for the blocks per SM the kernel is built for
-    const size_t budget = split == 3 ? 200 * 1024 : 110 * 1024;
-    s.stages = 3 * stage_bytes <= budget ? 3 : 2;
-    const size_t smem = s.stages * stage_bytes;
-    if (smem <= 200 * 1024) {
-      bool done;
-      TORCH_CHECK(wp_tf32.sizes() == wp.sizes() && wp_tf32.is_contiguous(), "TF32 weight copy shape");
-      if (bm == 64) done = split == 3 ? dispatch_taps<64, 4, 3>(KH, KW, x, wp, b, y, s, N, stream)
-                                      : dispatch_taps<64, 4, 1>(KH, KW, x, wp_tf32, b, y, s, N, stream);
-      else done = split == 3 ? dispatch_taps<32, 8, 3>(KH, KW, x, wp, b, y, s, N, stream)
-                             : dispatch_taps<32, 8, 1>(KH, KW, x, wp_tf32, b, y, s, N, stream);
-      if (done) {
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        return y;
-      }
-    }
+  if (stride_h == 1 && stride_w == 1 && groups == 1 && wm.numel() > 0 &&
+      run_mma(x, wm, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream)) {
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
   }
 
   TORCH_CHECK(stride_w <= kMaxStride && KH <= kMaxTaps && KW <= kMaxTaps,
