@@ -419,11 +419,14 @@ __global__ void __launch_bounds__(256) ct2d_phase(const float* __restrict__ x, c
       }
     }
     __syncthreads();
-    float* yrow = y + ((int64_t)n * s.Cout + co0) * plane + (int64_t)oh * s.Wout + ow0;
     const int width = min(s.seg, s.Wout - ow0);
+    float* yrow = y + ((int64_t)n * s.Cout + co0) * plane + (int64_t)oh * s.Wout + ow0 + threadIdx.x;
 #pragma unroll
-    for (int j = 0; j < COT; ++j)
-      for (int c = threadIdx.x; c < width; c += blockDim.x) __stcs(yrow + j * plane + c, ys[j * s.seg + c]);
+    for (int j = 0; j < COT; ++j, yrow += plane) {
+      const float* src = ys + j * s.seg + threadIdx.x;
+      float* dst = yrow;
+      for (int c = threadIdx.x; c < width; c += blockDim.x, src += blockDim.x, dst += blockDim.x) __stcs(dst, *src);
+    }
   }
 }
 
