@@ -1,14 +1,13 @@
 // Fast ConvTranspose2d, fp32 in and out. Two kernels, chosen per call from the shapes:
 //
-// 1. ct2d_igemm (stride 1, groups 1, Cout % 4 == 0): implicit GEMM on the tensor cores with
-//    mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels, K = Cin * KH * KW,
+// 1. ct2d_mma (stride 1, groups 1, Cout % 32 == 0, kernel 3x3/3x5/3x7): implicit GEMM on the
+//    tensor cores with mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels,
+//    K = Cin * KH * KW,
 //        y[co, oh, ow] = sum_{ci, kh, kw} w[ci, co, kh, kw] * x[ci, oh + pad_h - kh*dil_h, ow + pad_w - kw*dil_w].
-//    A block computes BM output channels x 128 pixels (TR rows x TW columns). For each chunk of 8
-//    input channels it stages the input tile WITH its halo ((TR + (KH-1)dil_h) x (TW + (KW-1)dil_w))
-//    and the chunk's weights for all taps in shared memory (cp.async, two stages), so every
-//    loaded input value feeds all KH*KW taps. SPLIT = 1: operands rounded to TF32 (cvt.rna),
-//    TF32-class accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class
-//    accuracy at about three times the tensor-core work.
+//    For each chunk of 8 input channels a block stages the input tile WITH its halo and the
+//    chunk's weights for all taps in shared memory (cp.async, 2-3 stages), so every loaded input
+//    value feeds all KH*KW taps; both MMA operands are read with ldmatrix. SPLIT = 1: TF32-class
+//    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): exact fp32 on the CUDA cores.
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column), so no multiply is spent on the zeros a strided
@@ -18,8 +17,8 @@
 //    stores: these problems are bound by writing the output.
 //
 // Weights arrive pre-packed (by the Python side, once per weight version) as
-// wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), plus a copy rounded to TF32
-// (round to nearest) that the single-pass TF32 kernel reads; the exact kernels read wp.
+// wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel, and as
+// wm[ci / 8][kh*KW + kw][co][ci % 8] for the tensor-core kernel (TF32-rounded for SPLIT = 1).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
