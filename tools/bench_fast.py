@@ -73,7 +73,7 @@ def main(argv):
                 rel = float((out.double() - truth.double()).norm() / truth.double().norm())
                 t = timed(lambda: model(*inputs))
                 row.append(f"{sol.name} {t:.3f} ms rel_l2 {rel:.2e} x{t_def / t:.2f} (fp32 x{t_fp32 / t:.2f})")
-                tunable = getattr(model, "split", 0) == 1 and getattr(model, "conv_transpose2d").stride == (1, 1)
+                tunable = getattr(model, "split", 0) == 1 and model.conv_transpose2d.stride == (1, 1)
                 for cfg in CONFIGS if tunable else ():
                     if cfg in (1, 2) and model.conv_transpose2d.out_channels % 64:
                         continue

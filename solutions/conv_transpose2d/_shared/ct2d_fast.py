@@ -44,7 +44,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         tensor, or an in-place update bumps its version):
         - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
         - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
-          tensor-core kernel (groups == 1 only): TF32-rounded for split 1, exact for split 3."""
+          tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact for split 3."""
         w = self.conv_transpose2d.weight
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
@@ -52,7 +52,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
             wd = w.detach()
             packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
             mma = wd.new_empty(0)
-            if self.conv_transpose2d.groups == 1:
+            c = self.conv_transpose2d
+            if c.groups == 1 and c.stride == (1, 1):
                 chunks = (cin + 7) // 8
                 padded = torch.zeros(chunks * 8, kh * kw, cout_g, dtype=wd.dtype, device=wd.device)
                 padded[:cin] = packed

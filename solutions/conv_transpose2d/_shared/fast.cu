@@ -33,6 +33,13 @@ __device__ __forceinline__ uint32_t to_tf32(float v) {
   return r;
 }
 
+// v -> (hi, lo): hi = v rounded to TF32, lo = the remainder rounded to TF32 (3xTF32 operands)
+__device__ __forceinline__ void split_tf32(uint32_t& v, uint32_t& lo) {
+  const float f = __uint_as_float(v);
+  v = to_tf32(f);
+  lo = to_tf32(f - __uint_as_float(v));
+}
+
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -40,21 +47,11 @@ __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
-}
-
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async4s(uint32_t dst, const float* src, uint32_t bytes) {
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, uint32_t bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 
-__device__ __forceinline__ void cp_async16s(uint32_t dst, const float* src) {
+__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
@@ -140,14 +137,14 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
       const uint32_t dr = xs_s + r * row_bytes + x_dst;
 #pragma unroll
       for (int j = 0; j < MAXC; ++j)
-        if (j < s.ncol) cp_async4s(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
+        if (j < s.ncol) cp_async4(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
     }
     // weights [tap][co][8]: 16-byte halves, swapped when bit 2 of co is set
     const uint32_t ws_s = xs_s + xs_size * 4;
     const float* wsrc = wm + ((int64_t)chunk * TAPS * s.Cout + co0) * KC;
     for (int i = tid; i < TAPS * BM * 2; i += THREADS) {
       const int half = i & 1, co = (i >> 1) % BM, tap = (i >> 1) / BM;
-      cp_async16s(ws_s + ((tap * BM + co) * KC + ((half ^ (co >> 2)) & 1) * 4) * 4,
+      cp_async16(ws_s + ((tap * BM + co) * KC + ((half ^ (co >> 2)) & 1) * 4) * 4,
                   wsrc + ((int64_t)tap * s.Cout + co) * KC + half * 4);
     }
     cp_async_commit();
@@ -230,19 +227,11 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
   #pragma unroll
             for (int i = 0; i < MT; ++i)
   #pragma unroll
-              for (int k = 0; k < 4; ++k) {
-                const float v = __uint_as_float(a[i][k]);
-                a[i][k] = to_tf32(v);
-                a_lo[i][k] = to_tf32(v - __uint_as_float(a[i][k]));
-              }
+              for (int k = 0; k < 4; ++k) split_tf32(a[i][k], a_lo[i][k]);
   #pragma unroll
             for (int j = 0; j < NT; ++j)
   #pragma unroll
-              for (int k = 0; k < 2; ++k) {
-                const float v = __uint_as_float(b[j][k]);
-                b[j][k] = to_tf32(v);
-                b_lo[j][k] = to_tf32(v - __uint_as_float(b[j][k]));
-              }
+              for (int k = 0; k < 2; ++k) split_tf32(b[j][k], b_lo[j][k]);
   #pragma unroll
             for (int jp = 0; jp < NT / 2; ++jp) {
               if (FULL || jp < pairs) {
@@ -519,14 +508,13 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   s.stages = 3 * stage <= per_block ? 3 : 2;
   if (s.stages * stage > per_block) return false;
   const size_t smem = s.stages * stage;
-  const int64_t N_ = N;
   if (split == 3) {
-    if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N_, smem, stream);
-    return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+    if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
+    return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
   }
-  if (mt == 4 && nt == 8) return dispatch_taps<4, 8, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
-  if (mt == 4) return dispatch_taps<4, 4, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
-  return dispatch_taps<2, 8, 1>(KH, KW, x, wm, b, y, s, N_, smem, stream);
+  if (mt == 4 && nt == 8) return dispatch_taps<4, 8, 1>(KH, KW, x, wm, b, y, s, N, smem, stream);
+  if (mt == 4) return dispatch_taps<4, 4, 1>(KH, KW, x, wm, b, y, s, N, smem, stream);
+  return dispatch_taps<2, 8, 1>(KH, KW, x, wm, b, y, s, N, smem, stream);
 }
 
 }  // namespace
