@@ -4,7 +4,7 @@ Nsight Compute to profile one launch:
     PYTHONPATH=. ncu --kernel-name regex:ct2d --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats python tools/ncu_probe.py 81
 
-FAST_CONFIG=1..3 forces the tensor-core kernel's tiling.
+FAST_CONFIG=1..3 forces the kernel tiling (see fast.cu).
 """
 import os
 import sys
@@ -19,7 +19,7 @@ for pid in sys.argv[1:]:
     sol = [s for s in solutions.for_problem(problem) if s.name == "fast"][0]
     smod = load_module(sol.path, prefix="kb_solution")
     model = construct(smod.ModelNew, list(mod.get_init_inputs()), 0, "cuda")
-    model.config = int(os.environ.get("FAST_CONFIG", "0"))  # tensor-core tiling (see fast.cu)
+    model.config = int(os.environ.get("FAST_CONFIG", "0"))  # kernel tiling (see fast.cu)
     x = make_inputs(mod, 1, "cuda")
     with torch.no_grad():
         for _ in range(2):

@@ -32,7 +32,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
     kernel either way."""
 
     split = 1
-    config = 0  # tensor-core tiling: 0 = chosen from the shapes (1..3 force one, for tuning)
+    config = 0  # kernel tiling: 0 = chosen from the shapes (1..3 force one, for tuning; see fast.cu)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -10,11 +10,12 @@
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): exact fp32 on the CUDA cores.
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
-//    contribute (likewise kw for each column), so no multiply is spent on the zeros a strided
-//    transposed convolution inserts, and rows with no valid tap are pure bias/zero writes. One
-//    thread per output column, COT output channels in registers, weights of the block's group and
-//    channel tile in shared memory, every output element written once with coalesced streaming
-//    stores: these problems are bound by writing the output.
+//    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
+//    strided transposed convolution inserts, and rows with no valid tap are pure bias/zero
+//    writes. A block takes rows of one residue mod stride_h (one tap set), stages their input
+//    rows channels-innermost with cp.async, computes register tiles of P pixels x CT channels per
+//    thread, and writes every output element once, coalesced, with streaming stores: these
+//    problems are bound by writing the output.
 //
 // Weights arrive pre-packed (by the Python side, once per weight version) as
 // wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel, and as
@@ -299,146 +300,280 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 
 constexpr int kMaxStride = 16;  // phase kernel limits (the host falls back to direct otherwise)
 constexpr int kMaxTaps = 32;
+constexpr int PHASE_THREADS = 256;
 
 struct PhaseShape {
   int N, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, sh, sw, ph, pw, dh, dw, groups;
-  int rows_per_block, seg;  // seg = output columns per block (= sw * 32 * warps)
+  int cin_g, cout_g, cip, cips;  // channels per group; input channels padded to 4; staged row stride
+  int cot, tiles_c;              // output channels per block (multiple of CT) and tiles per group
+  int npx, seg, ncol;            // pixels per column phase, output columns (sw * npx), staged input columns
+  int rows, khn_max;             // output rows per block (sh apart); most valid kh of any row
 };
 
-// One block: COT output channels of one group, rows_per_block output rows, seg columns. Warp w,
-// lane l, column phase rw compute output column ow0 + rw + sw * (32 w + l): every lane of a warp
-// has the same phase, so the same taps are valid (no divergence), input columns are consecutive
-// (coalesced) and weights are shared-memory broadcasts. Results go through a shared-memory tile
-// so the output row is written with coalesced streaming stores.
-template <int COT>
-__global__ void __launch_bounds__(256) ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp,
-                                                  const float* __restrict__ bias, float* __restrict__ y,
-                                                  const PhaseShape s) {
-  extern __shared__ __align__(16) float phase_smem[];
-  const int cin_g = s.Cin / s.groups, cout_g = s.Cout / s.groups, taps = s.KH * s.KW;
-  float* wsm = phase_smem;                                  // [ci_g][tap][COT]
-  float* ys = phase_smem + ((cin_g * taps * COT + 3) & ~3);  // [COT][seg]
-  const int tiles_c = s.Cout / COT;
-  const int n = blockIdx.z / tiles_c, co0 = (blockIdx.z % tiles_c) * COT;
-  const int grp = co0 / cout_g, cog0 = co0 - grp * cout_g;
-  for (int i = threadIdx.x; i < cin_g * taps * COT; i += blockDim.x) {
-    const int j = i % COT, rest = i / COT;  // rest = ci * taps + tap
-    wsm[i] = wp[((int64_t)(grp * cin_g) * taps + rest) * cout_g + cog0 + j];
-  }
-  float b[COT];
-#pragma unroll
-  for (int j = 0; j < COT; ++j) b[j] = bias ? bias[co0 + j] : 0.f;
+__host__ __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
+__host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) + b) % b; }
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// A block owns one image, one group, s.cot output channels, s.seg output columns and s.rows output
+// rows that are s.sh apart (the same row residue), so the set of valid kh is the same for all its
+// rows and only those taps' weights are staged: w[cb][kh_a][kw][ci][CT], zero-padded.
+// Per output row with valid taps:
+//   1. the input rows of the valid kh are staged as xs[kh_a][column][ci] (ci innermost, row stride
+//      s.cips with s.cips / 4 odd, so float4 reads by consecutive columns are conflict-free);
+//   2. warp tasks (column phase, block of 32 P pixels, block of CT channels): lane l owns pixels
+//      j = 32 p + l of its phase, i.e. output columns rw + sw * j, and CT channels, in registers.
+//      Per 4 input channels: P float4 input reads, CT float4 weight broadcasts, 4 P CT FMAs. All
+//      lanes of a warp share the phase, so the valid kw are uniform; phases without taps give 0;
+//   3. the tile goes through shared memory (ys[channel][column]) and is written once, coalesced,
+//      with streaming stores (+ bias).
+// Rows without any valid kh are pure bias (or zero) stores.
+template <int P, int CT>
+__global__ void __launch_bounds__(PHASE_THREADS, 2)
+    ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+               float* __restrict__ y, const PhaseShape s) {
+  extern __shared__ __align__(16) float phase_smem[];
+  __shared__ int kh_sel[kMaxTaps], ih_first[kMaxTaps];  // valid kh; input row of each for the first row
+  // per column phase rw: its valid kw are kw_sel[kw_first[rw] + q], q < kw_count[rw] (each kw is
+  // valid for exactly one phase), read from staged column kw_d[...] + pixel
+  __shared__ int kw_first[kMaxStride], kw_count[kMaxStride], kw_sel[kMaxTaps], kw_d[kMaxTaps];
+  __shared__ int order[kMaxStride];  // column phases with taps first
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int ct = s.groups * s.tiles_c;
+  const int n = blockIdx.z / ct, grp = (blockIdx.z % ct) / s.tiles_c;
+  const int cog0 = (blockIdx.z % s.tiles_c) * s.cot;  // first channel of the tile within its group
+  const int r0 = blockIdx.y % s.sh, k0 = (blockIdx.y / s.sh) * s.rows;
   const int ow0 = blockIdx.x * s.seg;
-  const int64_t hw = (int64_t)s.Hin * s.Win;
-  const int64_t plane = (int64_t)s.Hout * s.Wout;
-  const float* xg = x + ((int64_t)n * s.Cin + (int64_t)grp * cin_g) * hw;
-  // Per column phase rw, the valid kw and the input column of lane 0 of warp 0 (exact division):
-  // iw = base + 32 * warp + lane. Computed once per block, so the hot loop has no divisions.
-  __shared__ int kw_count[kMaxStride];
-  __shared__ int kw_list[kMaxStride][kMaxTaps];
-  __shared__ int kw_base[kMaxStride][kMaxTaps];
-  if (threadIdx.x < s.sw) {
-    const int rw = threadIdx.x;
-    int c = 0;
-    for (int kw = 0; kw < s.KW; ++kw) {
-      const int wn = ow0 + rw + s.pw - kw * s.dw;
-      if (((wn % s.sw) + s.sw) % s.sw) continue;
-      kw_list[rw][c] = kw;
-      kw_base[rw][c] = (wn - ((wn % s.sw) + s.sw) % s.sw) / s.sw;  // exact: wn divisible by sw
-      ++c;
+  const int iw_lo = floor_div(ow0 + s.pw - (s.KW - 1) * s.dw, s.sw);  // first staged input column
+
+  int khn = 0;  // block-uniform: kh with (oh + ph - kh dh) divisible by sh, for oh = r0 (mod sh)
+  for (int kh = 0; kh < s.KH; ++kh) khn += pos_mod(r0 + s.ph - kh * s.dh, s.sh) == 0;
+  if (tid == 0) {
+    for (int kh = 0, c = 0; kh < s.KH; ++kh) {
+      const int hn = r0 + s.sh * k0 + s.ph - kh * s.dh;
+      if (pos_mod(hn, s.sh)) continue;
+      kh_sel[c] = kh;
+      ih_first[c++] = floor_div(hn, s.sh);  // exact; the next rows (sh apart) read ih + 1, + 2, ...
     }
-    kw_count[rw] = c;
-  }
-  for (int rr = 0; rr < s.rows_per_block; ++rr) {
-    const int oh = blockIdx.y * s.rows_per_block + rr;
-    if (oh >= s.Hout) break;
-    __syncthreads();  // weights and tap tables ready / previous row's tile copied out
-    int kh_n = 0, kh_list[kMaxTaps], ih_list[kMaxTaps];
-    for (int kh = 0; kh < s.KH; ++kh) {
-      const int hn = oh + s.ph - kh * s.dh;
-      if (hn < 0 || hn % s.sh) continue;
-      const int ih = hn / s.sh;
-      if (ih >= s.Hin) continue;
-      kh_list[kh_n] = kh;
-      ih_list[kh_n] = ih;
-      ++kh_n;
-    }
+    int first = 0, last = s.sw, e = 0;
     for (int rw = 0; rw < s.sw; ++rw) {
-      const int col = rw + s.sw * (warp * 32 + lane);  // column within the segment
-      const int ow = ow0 + col;
-      float acc[COT];
+      kw_first[rw] = e;
+      for (int kw = 0; kw < s.KW; ++kw) {
+        const int wn = ow0 + rw + s.pw - kw * s.dw;
+        if (pos_mod(wn, s.sw)) continue;
+        kw_sel[e] = kw;
+        kw_d[e] = floor_div(wn, s.sw) - iw_lo;  // exact division
+        ++e;
+      }
+      kw_count[rw] = e - kw_first[rw];
+      order[kw_count[rw] ? first++ : --last] = rw;
+    }
+  }
+  const int plane_in = s.Hin * s.Win;
+  const int64_t plane = (int64_t)s.Hout * s.Wout;
+  const int cov = min(s.cot, s.cout_g - cog0);  // channels of the tile that exist
+  const int co_abs = grp * s.cout_g + cog0;
+  const int width = min(s.seg, s.Wout - ow0);
+  const int nrows = min(s.rows, (s.Hout - r0 + s.sh - 1) / s.sh - k0);  // this block's rows
+  if (nrows <= 0) return;
+  float* const out0 = y + ((int64_t)n * s.Cout + co_abs) * plane + ow0;
+  float* const wsm = phase_smem;  // [cb][kh_a][kw][ci][CT]
+  const int wsize = (s.cot * khn * s.KW * s.cip + 3) & ~3;
+  float* const xs = wsm + wsize;  // [kh_a][col][cips]
+  float* const ys = xs + ((s.khn_max * s.ncol * s.cips + 3) & ~3);  // [cot][seg]
+  const bool pairs = plane % 2 == 0 && s.Wout % 2 == 0 && ow0 % 2 == 0;  // rows 8-byte aligned: float2 stores
+
+  // Writes output row oh of the tile, bias added, with streaming stores: from ys[c][col] when
+  // FROM_TILE, else bias (or zero) only.
+  auto write_row = [&](int oh, auto from_tile) {
+    constexpr bool FROM_TILE = decltype(from_tile)::value;
+    float* yrow = out0 + (int64_t)oh * s.Wout;
+    for (int c = warp; c < cov; c += PHASE_THREADS / 32) {
+      const float bv = bias ? __ldg(bias + co_abs + c) : 0.f;
+      float* dst = yrow + c * plane;
+      const float* src = ys + c * s.seg;
+      if (pairs) {
+        float2* d2 = reinterpret_cast<float2*>(dst) + lane;
+        const float2* s2 = reinterpret_cast<const float2*>(src) + lane;
+        for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 32, s2 += 32) {
+          float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
+          v.x += bv;
+          v.y += bv;
+          __stcs(d2, v);
+        }
+        const int last = width & ~1;  // an odd last column
+        if (last < width && lane == 0) __stcs(dst + last, (FROM_TILE ? src[last] : 0.f) + bv);
+      } else {
+        for (int col = lane; col < width; col += 32) __stcs(dst + col, (FROM_TILE ? src[col] : 0.f) + bv);
+      }
+    }
+  };
+
+  if (khn == 0) {  // no tap reaches these rows: bias (or zero) only
+    for (int i = 0; i < nrows; ++i) write_row(r0 + s.sh * (k0 + i), std::false_type{});
+    return;
+  }
+
+  const float* xg = x + ((int64_t)n * s.Cin + grp * s.cin_g) * plane_in;
+  const int quads = s.cip / 4, npb = s.npx / (32 * P), ncb = s.cot / CT;
+  const uint32_t xs_base = static_cast<uint32_t>(__cvta_generic_to_shared(xs));
+
+  // Input staging of row i with cp.async (zero-filled outside the image and past cin_g): item =
+  // (kh_a, channel quad q, column), column fastest; each thread steps by PHASE_THREADS with a
+  // mixed-radix counter (no divisions in the loop). Input row of kh_a for row i: ih_first[a] + i.
+  const int step_col = PHASE_THREADS % s.ncol, carry = PHASE_THREADS / s.ncol;
+  const int step_q = carry % quads, step_a = carry / quads;
+  const int col_first = tid % s.ncol, q_first = (tid / s.ncol) % quads, a_first = tid / (s.ncol * quads);
+  auto stage = [&](int i) {
+    int col = col_first, q = q_first, a = a_first;
+    while (a < khn) {
+      const int ih = ih_first[a] + i, iw = iw_lo + col, ci = 4 * q;
+      const bool in = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;
+      const float* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
+      const uint32_t dst = xs_base + ((a * s.ncol + col) * s.cips + ci) * 4;
 #pragma unroll
-      for (int j = 0; j < COT; ++j) acc[j] = b[j];
-      const int nkw = kw_count[rw];
-      for (int a = 0; a < kh_n; ++a) {
-        const int kh = kh_list[a];
-        const float* xrow = xg + (int64_t)ih_list[a] * s.Win;
+      for (int k = 0; k < 4; ++k) {
+        const bool ok = in && ci + k < s.cin_g;
+        cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
+      }
+      col += step_col;
+      const int c1 = col >= s.ncol;
+      col -= c1 ? s.ncol : 0;
+      q += step_q + c1;
+      const int c2 = q >= quads;
+      q -= c2 ? quads : 0;
+      a += step_a + c2;
+    }
+    cp_async_commit();
+  };
+
+  __syncthreads();  // tap tables
+  stage(0);
+  {  // weights of the valid taps: outer (cb, kh_a, kw) per warp, inner (ci, c) per lane
+    const int inner = s.cip * CT, nouter = ncb * khn * s.KW;
+    for (int o = warp; o < nouter; o += PHASE_THREADS / 32) {
+      const int kw = o % s.KW, a = (o / s.KW) % khn, cb = o / (s.KW * khn);
+      const int kh = kh_sel[a];
+      for (int e = lane; e < inner; e += 32) {
+        const int c = e % CT, ci = e / CT, co = cog0 + cb * CT + c;
+        wsm[o * inner + e] =
+            (ci < s.cin_g && co < s.cout_g)
+                ? wp[((int64_t)(grp * s.cin_g + ci) * s.KH * s.KW + kh * s.KW + kw) * s.cout_g + co]
+                : 0.f;
+      }
+    }
+  }
+  // warp tasks (phase in order[], pixel block, channel block), channel block fastest; each warp
+  // steps by the warp count with a mixed-radix counter
+  const int nw = PHASE_THREADS / 32;
+  const int t_cb = nw % ncb, t_carry = nw / ncb, t_pb = t_carry % npb, t_ph = t_carry / npb;
+
+  for (int i = 0; i < nrows; ++i) {
+    const int oh = r0 + s.sh * (k0 + i);
+    cp_async_wait_0();
+    __syncthreads();  // input row i (and the weights) staged; the previous tile is written out
+    int cb = warp % ncb, pb = (warp / ncb) % npb, ph = warp / (ncb * npb);
+    while (ph < s.sw) {
+      const int rw = order[ph];
+      const int j0 = pb * 32 * P + lane;
+      float acc[P][CT];
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int c = 0; c < CT; ++c) acc[p][c] = 0.f;
+      const int nkw = kw_count[rw], e0 = kw_first[rw];
+      for (int a = 0; a < khn; ++a) {
         for (int q = 0; q < nkw; ++q) {
-          const int kw = kw_list[rw][q];
-          const int iw = kw_base[rw][q] + warp * 32 + lane;
-          const bool ok = ow < s.Wout && iw >= 0 && iw < s.Win;
-          const float* xp = xrow + (ok ? iw : 0);
-          const float* wq = wsm + (kh * s.KW + kw) * COT;
-#pragma unroll 4
-          for (int ci = 0; ci < cin_g; ++ci) {
-            const float xv = ok ? __ldg(xp + ci * hw) : 0.f;
-            const float* wc = wq + ci * taps * COT;
-            if constexpr (COT % 4 == 0) {
+          const float* xp = xs + (a * s.ncol + kw_d[e0 + q] + j0) * s.cips;
+          const float* wq = wsm + ((cb * khn + a) * s.KW + kw_sel[e0 + q]) * s.cip * CT;
+#pragma unroll 2
+          for (int c4 = 0; c4 < quads; ++c4, xp += 4, wq += 4 * CT) {
+            float4 xv[P];
 #pragma unroll
-              for (int j = 0; j < COT; j += 4) {
-                const float4 w4 = *reinterpret_cast<const float4*>(wc + j);
-                acc[j] = fmaf(xv, w4.x, acc[j]);
-                acc[j + 1] = fmaf(xv, w4.y, acc[j + 1]);
-                acc[j + 2] = fmaf(xv, w4.z, acc[j + 2]);
-                acc[j + 3] = fmaf(xv, w4.w, acc[j + 3]);
+            for (int p = 0; p < P; ++p) xv[p] = *reinterpret_cast<const float4*>(xp + p * 32 * s.cips);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+#pragma unroll
+              for (int c = 0; c < CT; c += 4) {
+                const float4 w4 = *reinterpret_cast<const float4*>(wq + k * CT + c);
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                  const float xk = k == 0 ? xv[p].x : k == 1 ? xv[p].y : k == 2 ? xv[p].z : xv[p].w;
+                  acc[p][c] = fmaf(xk, w4.x, acc[p][c]);
+                  acc[p][c + 1] = fmaf(xk, w4.y, acc[p][c + 1]);
+                  acc[p][c + 2] = fmaf(xk, w4.z, acc[p][c + 2]);
+                  acc[p][c + 3] = fmaf(xk, w4.w, acc[p][c + 3]);
+                }
               }
-            } else {
-#pragma unroll
-              for (int j = 0; j < COT; ++j) acc[j] = fmaf(xv, wc[j], acc[j]);
             }
           }
         }
       }
-      if (col < s.seg) {
+      float* yp = ys + cb * CT * s.seg + rw + s.sw * j0;
 #pragma unroll
-        for (int j = 0; j < COT; ++j) ys[j * s.seg + col] = acc[j];
-      }
-    }
-    __syncthreads();
-    const int width = min(s.seg, s.Wout - ow0);
-    float* yrow = y + ((int64_t)n * s.Cout + co0) * plane + (int64_t)oh * s.Wout + ow0 + threadIdx.x;
+      for (int c = 0; c < CT; ++c, yp += s.seg)
 #pragma unroll
-    for (int j = 0; j < COT; ++j, yrow += plane) {
-      const float* src = ys + j * s.seg + threadIdx.x;
-      float* dst = yrow;
-      for (int c = threadIdx.x; c < width; c += blockDim.x, src += blockDim.x, dst += blockDim.x) __stcs(dst, *src);
+        for (int p = 0; p < P; ++p) yp[p * 32 * s.sw] = acc[p][c];
+      cb += t_cb;
+      const int c1 = cb >= ncb;
+      cb -= c1 ? ncb : 0;
+      pb += t_pb + c1;
+      const int c2 = pb >= npb;
+      pb -= c2 ? npb : 0;
+      ph += t_ph + c2;
     }
+    __syncthreads();  // tile complete; xs free
+    if (i + 1 < nrows) stage(i + 1);  // in flight while the tile is written out
+    write_row(oh, std::true_type{});
   }
 }
 
-template <int COT>
+// Shared memory of the phase kernel for a configuration, in bytes.
+size_t phase_smem_bytes(const PhaseShape& s) {
+  const size_t w = ((size_t)s.cot * s.khn_max * s.KW * s.cip + 3) & ~size_t(3);
+  const size_t xs = ((size_t)s.khn_max * s.ncol * s.cips + 3) & ~size_t(3);
+  return (w + xs + (size_t)s.cot * s.seg) * sizeof(float);
+}
+
+template <int P, int CT>
 void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
                   PhaseShape s, cudaStream_t stream) {
+  // channel tile: up to 32 channels, balanced over the tiles of a group
+  s.tiles_c = (s.cout_g + 31) / 32;
+  s.cot = ((s.cout_g + s.tiles_c - 1) / s.tiles_c + CT - 1) / CT * CT;
   const int per_phase = (s.Wout + s.sw - 1) / s.sw;
-  int warps = std::min(8, (per_phase + 31) / 32);
-  while (warps > 1 && (size_t)COT * 32 * warps * s.sw * sizeof(float) > 64 * 1024) --warps;
-  s.seg = 32 * warps * s.sw;
-  // several rows per block amortize the weight staging, unless that leaves too few blocks
-  const int64_t blocks1 = (int64_t)((s.Wout + s.seg - 1) / s.seg) * s.Hout * s.N * (s.Cout / COT);
-  s.rows_per_block = blocks1 >= 4 * 4 * 132 ? 4 : 1;
-  const int cin_g = s.Cin / s.groups;
-  const size_t wfloats = ((size_t)cin_g * s.KH * s.KW * COT + 3) & ~size_t(3);
-  const size_t smem = (wfloats + (size_t)COT * s.seg) * sizeof(float);
-  auto kernel = ct2d_phase<COT>;
+  s.npx = (per_phase + 32 * P - 1) / (32 * P) * (32 * P);
+  auto fit = [&](size_t budget) {
+    for (;;) {
+      s.seg = s.sw * s.npx;
+      s.ncol = s.npx + ((s.KW - 1) * s.dw + s.sw - 1) / s.sw + 1;
+      if (phase_smem_bytes(s) <= budget) return true;
+      if (s.npx > 32 * P) s.npx = (s.npx / 2 + 32 * P - 1) / (32 * P) * (32 * P);
+      else if (s.cot > CT) {
+        s.cot -= CT;
+        s.tiles_c = (s.cout_g + s.cot - 1) / s.cot;
+      } else return false;
+    }
+  };
+  // two blocks per SM (228 KB; 1 KB reserved and under 1 KB of static tables per block) where
+  // that fits, else one
+  TORCH_CHECK(fit(112 * 1024) || fit(220 * 1024),
+              "fast phase kernel: too many input channels per group or kernel taps for shared memory "
+              "(use the direct solution)");
+  const int per_res = (s.Hout + s.sh - 1) / s.sh;
+  const int64_t blocks1 = (int64_t)((s.Wout + s.seg - 1) / s.seg) * s.Hout * s.N * s.groups * s.tiles_c;
+  s.rows = std::min(per_res, blocks1 >= 8 * 2 * 132 ? 4 : 1);  // amortize weight staging
+  const int64_t gz = (int64_t)s.N * s.groups * s.tiles_c;
+  const int64_t gy = (int64_t)s.sh * ((per_res + s.rows - 1) / s.rows);
+  TORCH_CHECK(gz < 65536 && gy < 65536, "fast phase kernel: batch * groups or output height too large");
+  auto kernel = ct2d_phase<P, CT>;
   static bool configured = false;  // once per instantiation, not on every call
   if (!configured) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
     configured = true;
   }
-  dim3 grid((s.Wout + s.seg - 1) / s.seg, (s.Hout + s.rows_per_block - 1) / s.rows_per_block, s.N * (s.Cout / COT));
-  kernel<<<grid, 32 * warps, smem, stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s);
+  dim3 grid((s.Wout + s.seg - 1) / s.seg, gy, gz);
+  kernel<<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias,
+                                                               y.data_ptr<float>(), s);
 }
 
 template <int MT, int NT, int SPLIT, int KH, int KW>
@@ -465,7 +600,8 @@ bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& 
 }
 
 // Tensor-core path for stride 1, groups 1. config 0 picks the tiling from the shapes; 1..3 force
-// (MT, NT) = (4, 8), (4, 4), (2, 8) (for tuning runs). Returns false where the path does not apply.
+// (MT, NT) = (4, 8), (4, 4), (2, 8) (for tuning runs; on the phase path they force (P, CT) =
+// (4, 8), (2, 8), (1, 4)). Returns false where the path does not apply.
 bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, torch::Tensor& y, int64_t KH,
              int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t split,
              int64_t config, cudaStream_t stream) {
@@ -564,16 +700,27 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   s.N = N; s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
   s.KH = KH; s.KW = KW; s.sh = stride_h; s.sw = stride_w; s.ph = pad_h; s.pw = pad_w;
   s.dh = dil_h; s.dw = dil_w; s.groups = groups;
-  const int64_t cout_g = Cout / groups;
-  const size_t per_co = (size_t)(Cin / groups) * KH * KW * sizeof(float);
-  // 16 channels per block when their weights are small, else 8 (more blocks resident per SM)
-  if (cout_g % 16 == 0 && per_co * 16 <= 16 * 1024) launch_phase<16>(x, wp, b, y, s, stream);
-  else if (cout_g % 8 == 0 && per_co * 8 <= 120 * 1024) launch_phase<8>(x, wp, b, y, s, stream);
-  else if (cout_g % 4 == 0 && per_co * 4 <= 120 * 1024) launch_phase<4>(x, wp, b, y, s, stream);
-  else {
-    TORCH_CHECK(per_co <= 120 * 1024, "too many input channels per group for the phase kernel");
-    launch_phase<1>(x, wp, b, y, s, stream);
+  s.cin_g = Cin / groups;
+  s.cout_g = Cout / groups;
+  s.cip = (s.cin_g + 3) / 4 * 4;
+  s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
+  for (int r = 0; r < stride_h; ++r) {
+    int c = 0;
+    for (int kh = 0; kh < KH; ++kh) c += pos_mod(r + pad_h - kh * dil_h, stride_h) == 0;
+    s.khn_max = std::max(s.khn_max, c);
   }
+  // (P, CT): pixels x channels per thread. config 0 chooses; 1..3 force (4, 8), (2, 8), (1, 4)
+  int cfg = config;
+  if (cfg == 0) {
+    const int per_phase = (Wout + stride_w - 1) / stride_w;
+    if (s.cout_g < 8) cfg = 3;
+    else if (per_phase >= 96 && (per_phase + 127) / 128 * 128 <= 1.2 * per_phase) cfg = 1;
+    else cfg = 2;
+  }
+  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..3");
+  if (cfg == 1) launch_phase<4, 8>(x, wp, b, y, s, stream);
+  else if (cfg == 2) launch_phase<2, 8>(x, wp, b, y, s, stream);
+  else launch_phase<1, 4>(x, wp, b, y, s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
