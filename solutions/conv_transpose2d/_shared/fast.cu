@@ -114,6 +114,9 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
   // slot + 32 j of every staged row. Per block: the clamped input column of each and whether it
   // is inside the image; per element then only a row pointer add and a zero-fill size.
   const int k_ld = tid & 7, slot = tid >> 3;
+  // col_in bit j: column slot + 32 j is inside the image (else zero-filled); bit 8 + j: it is
+  // copied at all. Columns at or past need are never read by ldmatrix (the last tap window ends
+  // at need - 1), so they are skipped.
   int col_off[MAXC];
   uint32_t col_in = 0;
 #pragma unroll
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
     const int iw = iw_base + slot + 32 * j;
     const bool ok = slot + 32 * j < s.need && iw >= 0 && iw < s.Win;
     col_off[j] = ok ? iw : 0;
-    col_in |= (ok ? 1u : 0u) << j;
+    col_in |= (ok ? 1u : 0u) << j | (slot + 32 * j < s.need ? 1u : 0u) << (8 + j);
   }
   const uint32_t x_dst = (slot * KC + (k_ld ^ (slot & 4))) * 4;  // + j * 32 * KC * 4
   const uint32_t row_bytes = s.rowlen * KC * 4;
@@ -134,11 +137,11 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
       const int ih = ih_base + r;
       const bool row_ok = ci_ok && ih >= 0 && ih < s.Hin;
       const float* xr = xc + (row_ok ? ih : 0) * s.Win;
-      const uint32_t in = row_ok ? col_in : 0u;
+      const uint32_t in = row_ok ? col_in : col_in & 0xff00u;
       const uint32_t dr = xs_s + r * row_bytes + x_dst;
 #pragma unroll
       for (int j = 0; j < MAXC; ++j)
-        if (j < s.ncol) cp_async4(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
+        if ((in >> (8 + j)) & 1) cp_async4(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
     }
     // weights [tap][co][8]: 16-byte halves, swapped when bit 2 of co is set
     const uint32_t ws_s = xs_s + xs_size * 4;
