@@ -6,6 +6,7 @@ Layout: solutions/<family>/<problem id>/<name>.py, each defining ModelNew.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,6 @@ def helper_files(path: Path) -> list[Path]:
 
 
 def sources_sha256(path: Path) -> str:
-    import hashlib
     digest = hashlib.sha256()
     for f in [path] + [h for h in helper_files(path) if h != path]:
         digest.update(str(f.name).encode() + b"\0" + f.read_bytes() + b"\0")
