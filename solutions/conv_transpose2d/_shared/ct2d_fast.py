@@ -1,6 +1,7 @@
 """Shared Python side of the fast ConvTranspose2d solutions (fast.cu): parameters created exactly
 as nn.ConvTranspose2d creates them (matched-seed construction gives the reference's weights),
 weights repacked to (Cin, KH*KW, Cout/groups) once per weight version, not on every call."""
+import os
 from pathlib import Path
 
 import torch
@@ -10,20 +11,40 @@ from torch.utils.cpp_extension import load_inline
 _HERE = Path(__file__).resolve().parent
 
 CPP_DECL = """
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm,
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm, torch::Tensor wg,
                                     c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
 """
 
+
+
+def _hopper_target() -> bool:
+    """Build for sm_90a (and so include the wgmma kernel) when the target is compute capability
+    9.0: the harness names it in TORCH_CUDA_ARCH_LIST; without that, the visible GPU decides."""
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not arch and torch.cuda.is_available():
+        arch = "%d.%d" % torch.cuda.get_device_capability()
+    return arch in ("9.0", "9.0a", "9.0+PTX", "9.0a+PTX")
+
+
+# sm_90a code runs on compute capability 9.0 only (H100, H200); an explicit -gencode replaces the
+# arch flags torch would add
+WGMMA = _hopper_target()
 _ext = load_inline(
     name="conv_transpose2d_fast",
     cpp_sources=CPP_DECL,
     cuda_sources=(_HERE / "fast.cu").read_text(),
     functions=["conv_transpose2d_fast"],
-    extra_cuda_cflags=["-O3", "-std=c++17"],
+    extra_cuda_cflags=["-O3", "-std=c++17"]
+    + (["-gencode=arch=compute_90a,code=sm_90a", "-DCT2D_WGMMA"] if WGMMA else []),
 )
+
+
+def _round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to nearest TF32 (10 mantissa bits), ties away, as cvt.rna.tf32.f32 does."""
+    return torch.bitwise_and(t.view(torch.int32) + 0x1000, -0x2000).view(torch.float32)
 
 
 class FastConvTranspose2d(ConvTranspose2dParams):
@@ -32,36 +53,42 @@ class FastConvTranspose2d(ConvTranspose2dParams):
     kernel either way."""
 
     split = 1
-    config = 0  # kernel tiling: 0 = chosen from the shapes (1..3 force one, for tuning; see fast.cu)
+    config = 0  # kernel: 0 = chosen from the shapes (1..7 force one, for tuning runs; see fast.cu)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._packed = None
         self._packed_key = None
 
-    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Weights repacked for the kernels, rebuilt only when the parameter changes (another
         tensor, or an in-place update bumps its version):
         - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
         - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
-          tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact for split 3."""
+          mma.sync tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact
+          for split 3;
+        - (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for the wgmma kernel (split 1,
+          stride 1, groups 1, sm_90a builds): per 8 input channels and tap, 8x4 "core matrices"
+          of (8 output channels) x (4 input channels), the shared-memory layout that kernel reads."""
         w = self.conv_transpose2d.weight
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
             cin, cout_g, kh, kw = w.shape
             wd = w.detach()
             packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
-            mma = wd.new_empty(0)
+            mma = wgm = wd.new_empty(0)
             c = self.conv_transpose2d
             if c.groups == 1 and c.stride == (1, 1):
-                chunks = (cin + 7) // 8
-                padded = torch.zeros(chunks * 8, kh * kw, cout_g, dtype=wd.dtype, device=wd.device)
-                padded[:cin] = packed
-                mma = padded.view(chunks, 8, kh * kw, cout_g).permute(0, 2, 3, 1).contiguous()
-                if self.split == 1:  # round to nearest TF32 (10 mantissa bits), ties away
-                    bits = mma.view(torch.int32)
-                    mma = torch.bitwise_and(bits + 0x1000, -0x2000).view(torch.float32)
-            self._packed = (packed, mma)
+                chunks, taps, co8 = (cin + 7) // 8, kh * kw, (cout_g + 7) // 8
+                padded = torch.zeros(chunks * 8, taps, co8 * 8, dtype=wd.dtype, device=wd.device)
+                padded[:cin, :, :cout_g] = packed
+                mma = padded[:, :, :cout_g].reshape(chunks, 8, taps, cout_g).permute(0, 2, 3, 1).contiguous()
+                if self.split == 1:
+                    mma = _round_tf32(mma)
+                    if WGMMA:  # [chunk][tap][co / 8][ci half][co % 8][ci % 4]
+                        wgm = padded.view(chunks, 2, 4, taps, co8, 8).permute(0, 3, 4, 1, 5, 2)
+                        wgm = _round_tf32(wgm.contiguous())
+            self._packed = (packed, mma, wgm)
             self._packed_key = key
         return self._packed
 
@@ -69,8 +96,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         c = self.conv_transpose2d
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        packed, mma = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, packed, mma, c.bias, c.out_channels, kh, kw, sh, sw,
+        packed, mma, wgm = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, packed, mma, wgm, c.bias, c.out_channels, kh, kw, sh, sw,
                                           ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
 
 

@@ -1,4 +1,4 @@
-// Fast ConvTranspose2d, fp32 in and out. Two kernels, chosen per call from the shapes:
+// Fast ConvTranspose2d, fp32 in and out. Three kernels, chosen per call from the shapes:
 //
 // 1. ct2d_mma (stride 1, groups 1, Cout % 32 == 0, kernel 3x3/3x5/3x7): implicit GEMM on the
 //    tensor cores with mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels,
@@ -8,6 +8,7 @@
 //    chunk's weights for all taps in shared memory (cp.async, 2-3 stages), so every loaded input
 //    value feeds all KH*KW taps; both MMA operands are read with ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
+//    On Hopper (sm_90a builds) the TF32 class with more than 32 output channels runs 3. instead.
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): exact fp32 on the CUDA cores.
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
@@ -19,7 +20,8 @@
 //
 // Weights arrive pre-packed (by the Python side, once per weight version) as
 // wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel, and as
-// wm[ci / 8][kh*KW + kw][co][ci % 8] for the tensor-core kernel (TF32-rounded for SPLIT = 1).
+// wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), and as
+// wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
@@ -301,7 +303,317 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
     }
 }
 
-constexpr int kMaxStride = 16;  // phase kernel limits (the host falls back to direct otherwise)
+#if defined(CT2D_WGMMA)
+// 3. ct2d_wg / ct2d_wgs (stride 1, groups 1, TF32 class; built only for sm_90a, see ct2d_fast.py): the same
+//    implicit GEMM as ct2d_mma, on the Hopper warpgroup MMA (wgmma), both operands read by the
+//    tensor cores straight from shared memory. Warp-specialized block of three warpgroups: one
+//    producer stages the input and weights with cp.async, two consumers issue the MMAs, each for
+//    64 output channels (the wgmma M; A = weights) x 256 pixels (the wgmma N; B = input).
+//    The pixels are a "flattened" tile: output rows oh0 + r, columns ow0 + c for flat index
+//    p = r * rowlen + c, rowlen = TW + (KW - 1) * dil_w, with c >= TW computed but never stored.
+//    The input tile is staged with the same flat indexing (q = r * rowlen + c over the tile's
+//    input rows and columns), so tap (kh, kw) reads the staged input at q = p + toff(kh, kw),
+//    toff = (KH-1-kh) * dil_h * rowlen + (KW-1-kw) * dil_w: each tap is one m64n256k8 wgmma whose
+//    B descriptor starts toff 16-byte rows further on. No im2col, no transpose pass.
+//    Shared memory (no swizzle, K-major "core matrices" of 8 rows x 16 bytes): the input as two
+//    planes (channels 0-3 / 4-7 of the chunk) of [q][4 channels]; the weights as
+//    [tap][co / 8][channel half][co % 8][4 channels], exactly as the Python side packs them.
+//    ct2d_wg is the one-warpgroup version (stages, then waits for, each chunk's MMAs itself); it
+//    runs where three of its blocks fit on an SM, which hides its waits as well (see run_wg).
+//    Measured and not kept: the 32-byte swizzle instead of the no-swizzle layout (no faster),
+//    pipelined MMAs in the one-warpgroup kernel (fewer blocks per SM: slower).
+constexpr int WG_THREADS = 128;   // one warpgroup
+constexpr int WGS_THREADS = 384;  // producer + two consumer warpgroups
+constexpr int WG_N = 256;         // pixels per consumer: the wgmma N
+
+struct WgShape {
+  int Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w;
+  int TW, TR, rowlen, S;           // output tile; flat row length; staged input positions
+  int tiles_w, co_blocks, co8, chunks, stages;
+  int cwn;                         // consumers on different 64-channel halves (2) or pixel halves (1)
+  int wbytes, stage_bytes, tab_bytes;  // per stage: weights (64 cwn channels max), whole stage; offset table
+};
+
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr >> 4) & 0x3FFF) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);  // layout type 0: no swizzle
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_2() { asm volatile("cp.async.wait_group 2;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_3() { asm volatile("cp.async.wait_group 3;\n" ::); }
+// cp.async writes are generic-proxy writes; the wgmma reads through the async proxy
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// keep the compiler from moving accumulator accesses across the asynchronous MMAs
+__device__ __forceinline__ void pin(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n256k8(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+      " %128, %129, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db));
+}
+
+// Block coordinates shared by both kernels. pxb: flat pixels per block; cob_ch: channels per block.
+struct WgBlock {
+  int oh0, ow0, n, co0, co_b;  // co_b: channels staged (multiple of 8)
+};
+__device__ __forceinline__ WgBlock wg_block(const WgShape& s, int cob_ch) {
+  WgBlock b;
+  const int cob = blockIdx.x % s.co_blocks, tile = blockIdx.x / s.co_blocks;
+  b.oh0 = (tile / s.tiles_w) * s.TR;
+  b.ow0 = (tile % s.tiles_w) * s.TW;
+  b.n = blockIdx.y;
+  b.co0 = cob * cob_ch;
+  b.co_b = min(cob_ch, s.co8 * 8 - b.co0);
+  return b;
+}
+
+// off[q] = ih * Win + iw of staged position q, or -1 outside the image (zero-filled)
+__device__ __forceinline__ void wg_offsets(const WgShape& s, const WgBlock& b, int* off, int tid, int nthreads) {
+  const int ih_base = b.oh0 + s.pad_h - (s.KH - 1) * s.dil_h;
+  const int iw_base = b.ow0 + s.pad_w - (s.KW - 1) * s.dil_w;
+  for (int q = tid; q < s.S; q += nthreads) {
+    const int r = q / s.rowlen, c = q - r * s.rowlen;
+    const int ih = ih_base + r, iw = iw_base + c;
+    off[q] = (ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win) ? ih * s.Win + iw : -1;
+  }
+}
+
+// One chunk (8 input channels) into the stage at sb, by one warpgroup (tid 0..127), one cp.async
+// group. Thread copies channel kk = 4 (warp & 1) + (lane & 3) of positions qs + 16 j: a warp
+// instruction writes 8 positions x 16 bytes = one 128-byte core matrix.
+__device__ __forceinline__ void wg_stage(const WgShape& s, const WgBlock& b, const float* __restrict__ x,
+                                         const float* __restrict__ wg, const int* off, uint32_t sb, int chunk,
+                                         int tid) {
+  const int warp = tid >> 5, lane = tid & 31, taps = s.KH * s.KW;
+  // weights: per tap co_b * 32 contiguous bytes (16-byte pieces [co / 8][half][co % 8])
+  const float* wsrc = wg + ((int64_t)chunk * taps * s.co8 * 8 + b.co0) * 8;
+  if (b.co_b == s.co8 * 8) {  // all channels in one block: one contiguous range
+    const int pieces = taps * b.co_b * 2;
+#pragma unroll 4
+    for (int i = tid; i < pieces; i += WG_THREADS) cp_async16(sb + i * 16, wsrc + i * 4);
+  } else {
+    for (int tap = 0; tap < taps; ++tap)
+      for (int i = tid; i < b.co_b * 2; i += WG_THREADS)
+        cp_async16(sb + (tap * b.co_b * 2 + i) * 16, wsrc + (int64_t)tap * s.co8 * 64 + i * 4);
+  }
+  const int kk = (warp & 1) * 4 + (lane & 3), qs = (warp >> 1) * 8 + (lane >> 2);
+  const int ci = chunk * 8 + kk;
+  const bool ci_ok = ci < s.Cin;
+  const float* xc = x + ((int64_t)b.n * s.Cin + (ci_ok ? ci : 0)) * s.Hin * s.Win;
+  const uint32_t in_mask = ci_ok ? 0xffffffffu : 0u;  // a padding channel is all zero-fill
+  // off[q] >= 0: copy 4 bytes from xc + off[q]; -1: zero-fill (source xc, 0 bytes read)
+  uint32_t d = sb + s.wbytes + (warp & 1) * s.S * 16 + (lane & 3) * 4 + qs * 16;
+#pragma unroll 4
+  for (int q = qs; q < s.S; q += 16, d += 256) {
+    const int o = off[q];
+    const uint32_t bytes = (uint32_t)(~o >> 31) & in_mask & 4u;
+    cp_async4(d, xc + (bytes ? o : 0), bytes);
+  }
+  cp_async_commit();
+}
+
+
+
+// All taps of one chunk for one consumer warpgroup: channels co_w.. of the block (A rows start
+// co_w * 32 bytes into each tap's weights), flat pixels p0..p0+255.
+__device__ __forceinline__ void wg_mma_chunk(const WgShape& s, const WgBlock& b, float (&acc)[128], uint32_t sb,
+                                             int co_w, int p0) {
+  const uint32_t a0 = sb + co_w * 32, a_step = b.co_b * 32, plane = s.S * 16;
+  const uint32_t b0 = sb + s.wbytes + p0 * 16;
+  // the descriptors' start fields count 16-byte units: each tap only adds to them (tap 0 reads
+  // the input at toff = (KH-1) * dil_h * rowlen + (KW-1) * dil_w, each kw one dil_w less, each
+  // kh one dil_h * rowlen less); no field can carry, the addresses stay below 256 KB
+  uint64_t da = wg_desc(a0, 128, 256);
+  const uint64_t db0 = wg_desc(b0 + ((s.KH - 1) * s.dil_h * s.rowlen + (s.KW - 1) * s.dil_w) * 16, plane, 128);
+  const uint32_t da_step = a_step >> 4, row_step = s.dil_h * s.rowlen;
+#pragma unroll 1
+  for (int kh = 0; kh < s.KH; ++kh) {
+    uint64_t db = db0 - (uint64_t)(kh * row_step);
+#pragma unroll 1
+    for (int kw = 0; kw < s.KW; ++kw) {
+      wgmma_m64n256k8(acc, da, db);
+      da += da_step;
+      db -= s.dil_w;
+    }
+  }
+}
+
+// D fragment of warp w of a consumer: channel rows 16 w + g (+8), pixel columns 8 i + 2 t (+1)
+__device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, const float (&acc)[128],
+                                            const float* __restrict__ bias, float* __restrict__ y, int tid,
+                                            int co_w, int p0) {
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  float* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
+  float bv[2];
+  float* yrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int co = b.co0 + co_w + 16 * warp + g + 8 * h;
+    bv[h] = (bias && co < s.Cout) ? bias[co] : 0.f;
+    yrow[h] = co < s.Cout ? yn + (int64_t)co * s.Hout * s.Wout : nullptr;
+  }
+  const int p = p0 + 2 * t;
+  int r = p / s.rowlen, c = p - r * s.rowlen;  // flat pixel p0 + 8 i + 2 t
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int oh = b.oh0 + r, ow = b.ow0 + c;
+    // the pair's second pixel: same row, or the first column of the next row
+    const int r2 = c + 1 < s.rowlen ? r : r + 1, c2 = c + 1 < s.rowlen ? c + 1 : 0;
+    const bool ok1 = c < s.TW && r < s.TR && oh < s.Hout && ow < s.Wout;
+    const bool ok2 = c2 < s.TW && r2 < s.TR && b.oh0 + r2 < s.Hout && b.ow0 + c2 < s.Wout;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (yrow[h] == nullptr) continue;
+      const float v0 = acc[4 * i + 2 * h] + bv[h], v1 = acc[4 * i + 2 * h + 1] + bv[h];
+      float* dst = yrow[h] + (int64_t)oh * s.Wout + ow;
+      if (ok1 && ok2 && r2 == r && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+        __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+      } else {
+        if (ok1) dst[0] = v0;
+        if (ok2) yrow[h][(int64_t)(b.oh0 + r2) * s.Wout + b.ow0 + c2] = v1;
+      }
+    }
+    c += 8;
+    while (c >= s.rowlen) {
+      c -= s.rowlen;
+      ++r;
+    }
+  }
+}
+
+// Warp-specialized: warpgroup 0 stages chunk c into stage c % S once the consumers have released
+// it, and tells them when it has landed; warpgroups 1 and 2 run the MMAs, keeping one chunk's MMAs
+// in flight while the next chunk's are issued. Named barriers: 1 + st "stage st full"
+// (producer arrives, consumers wait), 1 + S + st "stage st free" (consumers arrive, producer
+// waits), 384 threads each.
+__global__ void __launch_bounds__(WGS_THREADS, 1)
+    ct2d_wgs(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
+             float* __restrict__ y, const WgShape s) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) float smem[];
+  int* off = reinterpret_cast<int*>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + s.tab_bytes;
+  const WgBlock b = wg_block(s, 64 * s.cwn);
+  wg_offsets(s, b, off, threadIdx.x, WGS_THREADS);
+  __syncthreads();
+  const int S = s.stages, chunks = s.chunks, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (wgi == 0) {
+    const int lag = S - 2;  // chunks whose copies may still be in flight when one is announced
+    for (int c = 0; c < chunks + lag; ++c) {
+      if (c < chunks) {
+        if (c >= S) bar_sync(1 + S + c % S, WGS_THREADS);  // consumers are done with chunk c - S
+        wg_stage(s, b, x, wg, off, base + (c % S) * s.stage_bytes, c, tid);
+      } else {
+        cp_async_commit();
+      }
+      if (c >= lag) {
+        if (lag == 3) cp_async_wait_3();
+        else if (lag == 2) cp_async_wait_2();
+        else if (lag == 1) cp_async_wait_1();
+        else cp_async_wait_0();
+        fence_proxy_async();
+        bar_arrive(1 + (c - lag) % S, WGS_THREADS);  // chunk c - lag has landed
+      }
+    }
+    return;
+  }
+  const int w = wgi - 1;
+  const int co_w = (w % s.cwn) * 64, p0 = (w / s.cwn) * WG_N;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int c = 0; c < chunks; ++c) {
+    bar_sync(1 + c % S, WGS_THREADS);
+    pin(acc);
+    wg_fence();
+    wg_mma_chunk(s, b, acc, base + (c % S) * s.stage_bytes, co_w, p0);
+    wg_commit();
+    wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
+    pin(acc);
+    if (c >= 1 && c - 1 + S < chunks) bar_arrive(1 + S + (c - 1) % S, WGS_THREADS);
+  }
+  wg_wait0();
+  pin(acc);
+  wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
+#endif
+}
+
+// One warpgroup: stages chunk c + S - 1 (into the stage chunk c - 1 used), then issues chunk c's
+// MMAs and waits for them.
+__global__ void __launch_bounds__(WG_THREADS, 3)
+    ct2d_wg(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
+            float* __restrict__ y, const WgShape s) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) float smem[];
+  int* off = reinterpret_cast<int*>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + s.tab_bytes;
+  const WgBlock b = wg_block(s, 64);
+  const int tid = threadIdx.x;
+  wg_offsets(s, b, off, tid, WG_THREADS);
+  __syncthreads();
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const int S = s.stages, chunks = s.chunks;
+  for (int c = 0; c < S - 1; ++c) {
+    if (c < chunks) wg_stage(s, b, x, wg, off, base + c * s.stage_bytes, c, tid);
+    else cp_async_commit();
+  }
+  for (int c = 0; c < chunks; ++c) {
+    if (S == 3) cp_async_wait_1();
+    else cp_async_wait_0();
+    fence_proxy_async();
+    __syncthreads();  // chunk c landed for all threads; every MMA of chunk c - 1 has completed
+    if (c + S - 1 < chunks) wg_stage(s, b, x, wg, off, base + ((c + S - 1) % S) * s.stage_bytes, c + S - 1, tid);
+    else cp_async_commit();
+    pin(acc);
+    wg_fence();
+    wg_mma_chunk(s, b, acc, base + (c % S) * s.stage_bytes, 0, 0);
+    wg_commit();
+    wg_wait0();
+    pin(acc);
+  }
+  wg_epilogue(s, b, acc, bias, y, tid, 0, 0);
+#endif
+}
+#endif  // CT2D_WGMMA
+
+constexpr int kMaxStride = 16;  // phase kernel limits (the host raises an error naming the direct solution otherwise)
 constexpr int kMaxTaps = 32;
 constexpr int PHASE_THREADS = 256;
 
@@ -313,7 +625,7 @@ struct PhaseShape {
   int rows, khn_max;             // output rows per block (sh apart); most valid kh of any row
 };
 
-__host__ __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
+__device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
 __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) + b) % b; }
 
 // A block owns one image, one group, s.cot output channels, s.seg output columns and s.rows output
@@ -602,7 +914,8 @@ bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& 
   return true;
 }
 
-// Tensor-core path for stride 1, groups 1. config 0 picks the tiling from the shapes; 1..3 force
+// mma.sync tensor-core path for stride 1, groups 1. config 0 and 4..7 pick the tiling from the
+// shapes (0, 5 and 6 run the wgmma kernels instead where they apply; 4 forces this one); 1..3 force
 // (MT, NT) = (4, 8), (4, 4), (2, 8) (for tuning runs; on the phase path they force (P, CT) =
 // (4, 8), (2, 8), (1, 4)). Returns false where the path does not apply.
 bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, torch::Tensor& y, int64_t KH,
@@ -615,11 +928,11 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   TORCH_CHECK(wm.is_cuda() && wm.is_contiguous() && wm.numel() == chunks * KH * KW * Cout * KC,
               "MMA weight copy: expected (ceil(Cin/8), KH*KW, Cout, 8)");
   int mt, nt;
-  if (config == 0) {
+  if (config == 0 || config >= 4) {
     mt = Cout % 64 == 0 ? 4 : 2;
     nt = split == 3 ? (mt == 4 ? 4 : 8) : 8;
   } else {
-    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..3");
+    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..6");
     mt = config == 3 ? 2 : 4;
     nt = config == 1 ? 8 : (config == 2 ? 4 : 8);
   }
@@ -656,12 +969,111 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   return dispatch_taps<2, 8, 1>(KH, KW, x, wm, b, y, s, N, smem, stream);
 }
 
+
+#if defined(CT2D_WGMMA)
+// Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
+// acceptable (ct2d_wgs runs one). Returns the dynamic shared memory size, 0 where it does not fit.
+size_t plan_wg(WgShape& s, bool spec, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
+               int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
+               int64_t dil_w) {
+  const int64_t taps = KH * KW, chunks = (Cin + 7) / 8, co8 = (Cout + 7) / 8;
+  s = WgShape{};
+  // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
+  // on two 256-pixel halves of 512 pixels where there are at most 64 channels
+  s.cwn = spec && co8 * 8 > 64 ? 2 : 1;
+  const int64_t pxb = spec ? WG_N * 2 / s.cwn : WG_N, cob_ch = 64 * s.cwn;
+  const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
+  // tile: TW columns (even where the halo is, so pixel pairs stay 8-byte aligned) and TR rows with
+  // (TR - 1) * rowlen + TW <= pxb: the most stored pixels per computed one, then the fewest staged
+  int64_t TW = 0, TR = 0;
+  double best = -1e9;
+  for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
+    if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
+    const int64_t rowlen = tw + halo_w;
+    const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
+    const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
+    const double eff = (double)Hout * Wout / ((double)tiles * pxb);
+    const double staged = (double)(pxb + halo_h * rowlen + halo_w) / (double)(tr * tw);
+    const double score = eff - 0.01 * staged;
+    if (score > best) { best = score; TW = tw; TR = tr; }
+  }
+  s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout; s.KH = KH; s.KW = KW;
+  s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
+  s.TW = TW; s.TR = TR; s.rowlen = TW + halo_w;
+  const int64_t S = pxb + halo_h * s.rowlen + halo_w;  // the last tap window of the last pixel ends at S - 1
+  if (S >= 16384) return 0;                            // descriptor offsets are 14 bits of 16 bytes
+  s.S = S;
+  s.tiles_w = (Wout + TW - 1) / TW;
+  s.co8 = co8;
+  s.co_blocks = (co8 * 8 + cob_ch - 1) / cob_ch;
+  s.chunks = chunks;
+  s.wbytes = taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
+  s.stage_bytes = (s.wbytes + S * 32 + 127) / 128 * 128;
+  s.tab_bytes = (S * 4 + 127) / 128 * 128;
+  // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
+  // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
+  const size_t slack = spec ? 4096 : 2048;
+  auto need = [&](int st) { return (size_t)s.tab_bytes + (size_t)st * s.stage_bytes + slack; };
+  if (spec) {  // one block per SM: the deepest pipeline that fits, up to 5 stages
+    for (int st = 5; st >= 2; --st)
+      if (need(st) <= 227 * 1024) { s.stages = st; return need(st); }
+  } else {  // the most blocks per SM, then 3 stages if they fit
+    for (int blocks = 3; blocks >= blocks_min; --blocks)
+      for (int st = 3; st >= 2; --st)
+        if (need(st) <= (size_t)(228 * 1024) / blocks - 1024) { s.stages = st; return need(st); }
+  }
+  return 0;
+}
+
+// Tensor-core path on the warpgroup MMA (sm_90a): stride 1, groups 1, TF32 class. config 5 forces
+// ct2d_wg, 6 ct2d_wgs; 0 runs ct2d_wg where three of its blocks fit on an SM (measured faster
+// there, e.g. 57: 3.56 against 5.38 ms), else ct2d_wgs (65: 1.94 against 2.06-2.48 ms; 69: 3.16
+// against 3.44-3.69 ms). Returns false where the path does not apply.
+bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, torch::Tensor& y, int64_t KH,
+            int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t config,
+            cudaStream_t stream) {
+  const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
+  const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
+  TORCH_CHECK(wg.is_cuda() && wg.is_contiguous() && wg.numel() == (Cin + 7) / 8 * KH * KW * ((Cout + 7) / 8) * 64,
+              "wgmma weight copy: expected (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4)");
+  if (N > 65535) return false;
+  WgShape s;
+  auto plan = [&](bool spec, int blocks_min) {
+    return plan_wg(s, spec, blocks_min, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w);
+  };
+  bool spec = config == 6;
+  size_t smem = 0;
+  if (config == 0) {
+    smem = plan(false, 3);
+    if (!smem) {
+      spec = true;
+      smem = plan(true, 1);
+    }
+  } else {
+    smem = plan(spec, 1);
+  }
+  if (!smem) return false;
+  const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
+  if (gx >= (int64_t(1) << 31)) return false;
+  auto kernel = spec ? ct2d_wgs : ct2d_wg;
+  static bool configured[2] = {false, false};  // once per kernel, not on every call
+  if (!configured[spec]) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+    configured[spec] = true;
+  }
+  kernel<<<dim3(gx, N), spec ? WGS_THREADS : WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(),
+                                                                         b, y.data_ptr<float>(), s);
+  return true;
+}
+#endif
+
 }  // namespace
 
 // x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
-// phase kernel; wm: (ceil(Cin/8), KH*KW, Cout, 8) for the tensor-core kernel, TF32-rounded when
-// split == 1 and exact when split == 3 (may be empty where that kernel does not apply). Returns y.
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm,
+// phase kernel; wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
+// exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs
+// (wm and wg may be empty where their kernel does not apply). Returns y.
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm, torch::Tensor wg,
                                     c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
@@ -670,6 +1082,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
+  TORCH_CHECK(config >= 0 && config <= 6, "config must be 0..6");
   x = x.contiguous();
   wp = wp.contiguous();
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
@@ -691,10 +1104,25 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   if (y.numel() == 0) return y;
   auto stream = c10::cuda::getCurrentCUDAStream();
 
-  if (stride_h == 1 && stride_w == 1 && groups == 1 && wm.numel() > 0 &&
-      run_mma(x, wm, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream)) {
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return y;
+  if (stride_h == 1 && stride_w == 1 && groups == 1) {
+    // tensor cores: on sm_90a builds the wgmma kernels for the TF32 class with more than 32 output
+    // channels (with 32 or fewer, half of the wgmma's 64 rows would be idle: ct2d_mma measured
+    // faster on 71 and 78), else ct2d_mma, else the wgmma kernels where ct2d_mma does not apply
+    bool done = false;
+#if defined(CT2D_WGMMA)
+    const bool wg_ok = split == 1 && wg.numel() > 0;
+    if (wg_ok && ((config == 0 && Cout > 32) || config >= 5))
+      done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
+#endif
+    if (!done && wm.numel() > 0)
+      done = run_mma(x, wm, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream);
+#if defined(CT2D_WGMMA)
+    if (!done && wg_ok && config == 0) done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, 0, stream);
+#endif
+    if (done) {
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return y;
+    }
   }
 
   TORCH_CHECK(stride_w <= kMaxStride && KH <= kMaxTaps && KW <= kMaxTaps,
@@ -713,14 +1141,14 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     s.khn_max = std::max(s.khn_max, c);
   }
   // (P, CT): pixels x channels per thread. config 0 chooses; 1..3 force (4, 8), (2, 8), (1, 4)
-  int cfg = config;
+  int cfg = config >= 4 ? 0 : config;
   if (cfg == 0) {
     const int per_phase = (Wout + stride_w - 1) / stride_w;
     if (s.cout_g < 8) cfg = 3;
     else if (per_phase >= 96 && (per_phase + 127) / 128 * 128 <= 1.2 * per_phase) cfg = 1;
     else cfg = 2;
   }
-  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..3");
+  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..6");
   if (cfg == 1) launch_phase<4, 8>(x, wp, b, y, s, stream);
   else if (cfg == 2) launch_phase<2, 8>(x, wp, b, y, s, stream);
   else launch_phase<1, 4>(x, wp, b, y, s, stream);
