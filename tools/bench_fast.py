@@ -16,7 +16,8 @@ from harness.problems import construct, extra_shapes_for, load_module, make_inpu
 from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
 
 
-# BENCH_CONFIGS=1,2,3 also times each forced tiling of the kernel the problem runs (see fast.cu)
+# BENCH_CONFIGS=1,2,3 also times each forced tiling of the kernel the problem runs; 4, 5, 6 force the
+# mma.sync, one-warpgroup wgmma and warp-specialized wgmma kernels on stride 1 (see fast.cu)
 CONFIGS = [int(c) for c in os.environ.get("BENCH_CONFIGS", "").split(",") if c]
 
 

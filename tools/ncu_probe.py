@@ -4,7 +4,7 @@ Nsight Compute to profile one launch:
     PYTHONPATH=. ncu --kernel-name regex:ct2d --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats python tools/ncu_probe.py 81
 
-FAST_CONFIG=1..3 forces the kernel tiling (see fast.cu).
+FAST_CONFIG=1..3 forces the kernel tiling, 4..6 the stride-1 tensor-core kernel (see fast.cu).
 """
 import os
 import sys
