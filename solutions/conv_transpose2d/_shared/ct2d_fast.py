@@ -11,8 +11,8 @@ from torch.utils.cpp_extension import load_inline
 _HERE = Path(__file__).resolve().parent
 
 CPP_DECL = """
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm, torch::Tensor wg,
-                                    c10::optional<torch::Tensor> bias,
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
+                                    torch::Tensor wg, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
@@ -47,10 +47,27 @@ def _round_tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.bitwise_and(t.view(torch.int32) + 0x1000, -0x2000).view(torch.float32)
 
 
+def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """Weights (Cin, Cout/groups, KH, KW) as the phase kernel's tensor cores read them:
+    [group][co / 16][kh][kw][ci / 8][hi, lo][lane][r], zero-padded. Lane (g, t) = (lane / 4, lane % 4)
+    holds the m16n8k8 A fragment a_r = A[g + 8 (r % 2)][t + 4 (r / 2)] with A[m][k] = w[ci = 8 ks + k,
+    co = 16 cb + m]; hi = a rounded to TF32, lo = the remainder rounded to TF32."""
+    cin, cout_g, kh, kw = w.shape
+    cin_g = cin // groups
+    cb, ks = (cout_g + 15) // 16, (cin_g + 7) // 8
+    a = w.new_zeros(groups, cb * 16, kh, kw, ks * 8)  # [group][co][kh][kw][ci]
+    a[:, :cout_g, :, :, :cin_g] = w.reshape(groups, cin_g, cout_g, kh, kw).permute(0, 2, 3, 4, 1)
+    # co = 16 cb + 8 mh + g, ci = 8 ks + 4 kh2 + t  ->  [group][cb][kh][kw][ks][g][t][kh2][mh]
+    a = a.view(groups, cb, 2, 8, kh, kw, ks, 2, 4).permute(0, 1, 4, 5, 6, 3, 8, 7, 2)
+    a = a.reshape(groups, cb, kh, kw, ks, 32, 4)
+    hi = _round_tf32(a.contiguous())
+    return torch.stack([hi, _round_tf32(a - hi)], dim=5).contiguous()
+
+
 class FastConvTranspose2d(ConvTranspose2dParams):
     """split=1: TF32 tensor cores where the implicit GEMM applies (stride 1, groups 1), TF32-class
-    results; split=3: 3xTF32 there, fp32-class results. Other shapes run the exact-fp32 phase
-    kernel either way."""
+    results; split=3: 3xTF32 there, fp32-class results. Other shapes run the phase kernel either
+    way (3xTF32 tensor cores, or fp32 FMAs where that does not fit), fp32-class results."""
 
     split = 1
     config = 0  # kernel: 0 = chosen from the shapes (1..7 force one, for tuning runs; see fast.cu)
@@ -60,10 +77,13 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         self._packed = None
         self._packed_key = None
 
-    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Weights repacked for the kernels, rebuilt only when the parameter changes (another
         tensor, or an in-place update bumps its version):
         - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
+        - (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4) for its tensor-core
+          variant: per 16 output x 8 input channels and tap, the m16n8k8 A fragments of the 32
+          lanes, as TF32 hi and lo parts (3xTF32);
         - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
           mma.sync tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact
           for split 3;
@@ -76,6 +96,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
             cin, cout_g, kh, kw = w.shape
             wd = w.detach()
             packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
+            frag = _phase_fragments(wd, self.conv_transpose2d.groups)
             mma = wgm = wd.new_empty(0)
             c = self.conv_transpose2d
             if c.groups == 1 and c.stride == (1, 1):
@@ -88,7 +109,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
                     if WGMMA:  # [chunk][tap][co / 8][ci half][co % 8][ci % 4]
                         wgm = padded.view(chunks, 2, 4, taps, co8, 8).permute(0, 3, 4, 1, 5, 2)
                         wgm = _round_tf32(wgm.contiguous())
-            self._packed = (packed, mma, wgm)
+            self._packed = (packed, frag, mma, wgm)
             self._packed_key = key
         return self._packed
 
@@ -96,8 +117,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         c = self.conv_transpose2d
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        packed, mma, wgm = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, packed, mma, wgm, c.bias, c.out_channels, kh, kw, sh, sw,
+        packed, frag, mma, wgm = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, packed, frag, mma, wgm, c.bias, c.out_channels, kh, kw, sh, sw,
                                           ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
 
 

@@ -9,17 +9,20 @@
 //    value feeds all KH*KW taps; both MMA operands are read with ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
 //    On Hopper (sm_90a builds) the TF32 class with more than 32 output channels runs 3. instead.
-// 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): exact fp32 on the CUDA cores.
+// 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): fp32 class.
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
 //    strided transposed convolution inserts, and rows with no valid tap are pure bias/zero
 //    writes. A block takes rows of one residue mod stride_h (one tap set), stages their input
 //    rows channels-innermost with cp.async, computes register tiles of P pixels x CT channels per
 //    thread, and writes every output element once, coalesced, with streaming stores: these
-//    problems are bound by writing the output.
+//    problems are bound by writing the output. The products run on the tensor cores as 3xTF32
+//    mma.sync (TC variant, three blocks per SM where they fit; config 7: two), else as exact fp32
+//    FMAs on the CUDA cores (config 1..3 force that variant's tilings).
 //
 // Weights arrive pre-packed (by the Python side, once per weight version) as
-// wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel, and as
+// wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel (CUDA cores), as
+// wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4] (m16n8k8 A fragments) for its TC variant, as
 // wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), and as
 // wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels.
 #include <torch/extension.h>
@@ -30,17 +33,23 @@
 
 namespace {
 
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
+// v rounded to nearest TF32, ties away from zero: what cvt.rna.tf32.f32 gives for finite v, in two
+// integer instructions (cvt.rna.tf32 compiles to a longer sequence with NaN handling on sm_90)
+__device__ __forceinline__ uint32_t to_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
 
 // v -> (hi, lo): hi = v rounded to TF32, lo = the remainder rounded to TF32 (3xTF32 operands)
 __device__ __forceinline__ void split_tf32(uint32_t& v, uint32_t& lo) {
   const float f = __uint_as_float(v);
   v = to_tf32(f);
   lo = to_tf32(f - __uint_as_float(v));
+}
+
+// The same split with lo = v - hi left unrounded (one instruction fewer per part): the MMA reads
+// its TF32 part, i.e. truncates it, and |lo| <= 2^-11 |v|, so that costs at most 2^-21 |v|
+__device__ __forceinline__ void split_tf32_trunc_lo(uint32_t& v, uint32_t& lo) {
+  const float f = __uint_as_float(v);
+  v = to_tf32(f);
+  lo = __float_as_uint(f - __uint_as_float(v));
 }
 
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
@@ -208,19 +217,19 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
     // FULL: every n-tile of the warp is inside the output (no per-pair guards in the hot loop)
     auto taps = [&](auto full) {
       constexpr bool FULL = decltype(full)::value;
-  #pragma unroll 1
+#pragma unroll 1
       for (int kh = 0; kh < KH; ++kh) {
         const uint32_t xrow = xs_s + b_lane + (KH - 1 - kh) * rowstep;
         const uint32_t wrow = ws_s + a_lane + kh * KW * BM * KC * 4;
-  #pragma unroll
+#pragma unroll
         for (int kw = 0; kw < KW; ++kw) {
           const int shift = (KW - 1 - kw) * s.dil_w;
           const uint32_t swz = ((((lane & 7) + shift) >> 2) ^ b_khalf) & 1;  // bit 2 of the pixel
           const uint32_t xb = xrow + shift * KC * 4 + swz * 16;
           uint32_t a[MT][4], b[NT][2];
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < MT; ++i) ldsm_x4(a[i], wrow + (kw * BM + i * 16) * KC * 4);
-  #pragma unroll
+#pragma unroll
           for (int jp = 0; jp < NT / 2; ++jp) {
             if (FULL || jp < pairs) {
               uint32_t r[4];
@@ -230,20 +239,20 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
           }
           if constexpr (SPLIT == 3) {
             uint32_t a_lo[MT][4], b_lo[NT][2];
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < MT; ++i)
-  #pragma unroll
+#pragma unroll
               for (int k = 0; k < 4; ++k) split_tf32(a[i][k], a_lo[i][k]);
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < NT; ++j)
-  #pragma unroll
+#pragma unroll
               for (int k = 0; k < 2; ++k) split_tf32(b[j][k], b_lo[j][k]);
-  #pragma unroll
+#pragma unroll
             for (int jp = 0; jp < NT / 2; ++jp) {
               if (FULL || jp < pairs) {
-  #pragma unroll
+#pragma unroll
                 for (int i = 0; i < MT; ++i)
-  #pragma unroll
+#pragma unroll
                   for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
                     mma_tf32(part[i][j], a_lo[i], b[j]);
                     mma_tf32(part[i][j], a[i], b_lo[j]);
@@ -252,10 +261,10 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
               }
             }
           } else {
-  #pragma unroll
+#pragma unroll
             for (int jp = 0; jp < NT / 2; ++jp) {
               if (FULL || jp < pairs) {
-  #pragma unroll
+#pragma unroll
                 for (int i = 0; i < MT; ++i) {
                   mma_tf32(acc[i][2 * jp], a[i], b[2 * jp]);
                   mma_tf32(acc[i][2 * jp + 1], a[i], b[2 * jp + 1]);
@@ -623,6 +632,7 @@ struct PhaseShape {
   int cot, tiles_c;              // output channels per block (multiple of CT) and tiles per group
   int npx, seg, ncol;            // pixels per column phase, output columns (sw * npx), staged input columns
   int rows, khn_max;             // output rows per block (sh apart); most valid kh of any row
+  int tc, ysw, cbg;              // tensor-core variant; output tile row stride; 16-channel blocks per group
 };
 
 __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
@@ -641,10 +651,20 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 //   3. the tile goes through shared memory (ys[channel][column]) and is written once, coalesced,
 //      with streaming stores (+ bias).
 // Rows without any valid kh are pure bias (or zero) stores.
-template <int P, int CT>
-__global__ void __launch_bounds__(PHASE_THREADS, 2)
+//
+// TC (tensor cores, CT = 16): step 2 runs on mma.sync m16n8k8 as 3xTF32 (exact fp32 class): a warp
+// task is (column phase, 8 P pixels, 16 channels), per valid tap and 8 input channels: the A
+// fragments (weights, split into TF32 hi and lo on the host and packed in fragment order, one
+// float4 each per lane), then per 8 pixels the B fragment from the staged input (split in
+// registers) and the MMAs a_lo*b_hi + a_hi*b_lo + a_hi*b_hi. Weights arrive as
+// wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4]; input channels are padded to 8.
+// MINB: blocks per SM the registers are limited for (the host sizes the shared memory to match).
+template <int P, int CT, bool TC, int MINB>
+__global__ void __launch_bounds__(PHASE_THREADS, MINB)
     ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
                float* __restrict__ y, const PhaseShape s) {
+  static_assert(!TC || CT == 16, "the tensor-core variant takes 16 channels per warp task");
+  constexpr int PXB = TC ? 8 * P : 32 * P;  // pixels per warp task
   extern __shared__ __align__(16) float phase_smem[];
   __shared__ int kh_sel[kMaxTaps], ih_first[kMaxTaps];  // valid kh; input row of each for the first row
   // per column phase rw: its valid kw are kw_sel[kw_first[rw] + q], q < kw_count[rw] (each kw is
@@ -692,10 +712,13 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
   if (nrows <= 0) return;
   float* const out0 = y + ((int64_t)n * s.Cout + co_abs) * plane + ow0;
   float* const wsm = phase_smem;  // [cb][kh_a][kw][ci][CT]
-  const int wsize = (s.cot * khn * s.KW * s.cip + 3) & ~3;
+  const int wsize = (s.cot * khn * s.KW * s.cip * (TC ? 2 : 1) + 3) & ~3;  // TC: hi and lo
   float* const xs = wsm + wsize;  // [kh_a][col][cips]
-  float* const ys = xs + ((s.khn_max * s.ncol * s.cips + 3) & ~3);  // [cot][seg]
+  float* const ys = xs + ((s.khn_max * s.ncol * s.cips + 3) & ~3);  // [cot][ysw]
   const bool pairs = plane % 2 == 0 && s.Wout % 2 == 0 && ow0 % 2 == 0;  // rows 8-byte aligned: float2 stores
+  // TC: per column phase, its MMA steps (kw of the phase, kh_a, 8 input channels) as offsets into
+  // xs and into a channel block's weights, from steps[kw_first[rw] * khn * ks_n]
+  int2* const steps = reinterpret_cast<int2*>(ys + s.cot * s.ysw);
 
   // Writes output row oh of the tile, bias added, with streaming stores: from ys[c][col] when
   // FROM_TILE, else bias (or zero) only.
@@ -705,10 +728,11 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
     for (int c = warp; c < cov; c += PHASE_THREADS / 32) {
       const float bv = bias ? __ldg(bias + co_abs + c) : 0.f;
       float* dst = yrow + c * plane;
-      const float* src = ys + c * s.seg;
+      const float* src = ys + c * s.ysw;
       if (pairs) {
         float2* d2 = reinterpret_cast<float2*>(dst) + lane;
         const float2* s2 = reinterpret_cast<const float2*>(src) + lane;
+#pragma unroll 4
         for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 32, s2 += 32) {
           float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
           v.x += bv;
@@ -729,7 +753,7 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
   }
 
   const float* xg = x + ((int64_t)n * s.Cin + grp * s.cin_g) * plane_in;
-  const int quads = s.cip / 4, npb = s.npx / (32 * P), ncb = s.cot / CT;
+  const int quads = s.cip / 4, npb = s.npx / PXB, ncb = s.cot / CT;
   const uint32_t xs_base = static_cast<uint32_t>(__cvta_generic_to_shared(xs));
 
   // Input staging of row i with cp.async (zero-filled outside the image and past cin_g): item =
@@ -763,7 +787,24 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
 
   __syncthreads();  // tap tables
   stage(0);
-  {  // weights of the valid taps: outer (cb, kh_a, kw) per warp, inner (ci, c) per lane
+  if constexpr (TC) {
+    const int ks_n = s.cip / 8, nsteps = s.KW * khn * ks_n;  // each kw is in exactly one phase
+    for (int e = tid; e < nsteps; e += PHASE_THREADS) {
+      const int ks = e % ks_n, a = (e / ks_n) % khn, ee = e / (ks_n * khn);
+      steps[e] = make_int2((a * s.ncol + kw_d[ee]) * s.cips + 8 * ks, ((a * s.KW + kw_sel[ee]) * ks_n + ks) * 256);
+    }
+  }
+  if constexpr (TC) {  // fragment-ordered weights of the valid taps: 1 KB units (cb, kh_a, kw, ci / 8)
+    const int ks_n = s.cip / 8, nunit = ncb * khn * s.KW * ks_n;
+    for (int o = warp; o < nunit; o += PHASE_THREADS / 32) {
+      const int ks = o % ks_n, kw = (o / ks_n) % s.KW, a = (o / (ks_n * s.KW)) % khn, cb = o / (ks_n * s.KW * khn);
+      const int cbg = cog0 / 16 + cb;
+      const float4* src = reinterpret_cast<const float4*>(
+          wp + ((((int64_t)grp * s.cbg + cbg) * s.KH + kh_sel[a]) * s.KW * ks_n + kw * ks_n + ks) * 256);
+      float4* dst = reinterpret_cast<float4*>(wsm + o * 256);
+      for (int e = lane; e < 64; e += 32) dst[e] = cbg < s.cbg ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  } else {  // weights of the valid taps: outer (cb, kh_a, kw) per warp, inner (ci, c) per lane
     const int inner = s.cip * CT, nouter = ncb * khn * s.KW;
     for (int o = warp; o < nouter; o += PHASE_THREADS / 32) {
       const int kw = o % s.KW, a = (o / s.KW) % khn, cb = o / (s.KW * khn);
@@ -781,53 +822,98 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
   // steps by the warp count with a mixed-radix counter
   const int nw = PHASE_THREADS / 32;
   const int t_cb = nw % ncb, t_carry = nw / ncb, t_pb = t_carry % npb, t_ph = t_carry / npb;
+  const int cb_first = warp % ncb, pb_first = (warp / ncb) % npb, ph_first = warp / (ncb * npb);
 
   for (int i = 0; i < nrows; ++i) {
     const int oh = r0 + s.sh * (k0 + i);
     cp_async_wait_0();
     __syncthreads();  // input row i (and the weights) staged; the previous tile is written out
-    int cb = warp % ncb, pb = (warp / ncb) % npb, ph = warp / (ncb * npb);
+    int cb = cb_first, pb = pb_first, ph = ph_first;
     while (ph < s.sw) {
       const int rw = order[ph];
-      const int j0 = pb * 32 * P + lane;
-      float acc[P][CT];
+      if constexpr (TC) {
+        const int g = lane >> 2, t = lane & 3, j0 = pb * PXB;
+        float acc[P][4];
 #pragma unroll
-      for (int p = 0; p < P; ++p)
+        for (int p = 0; p < P; ++p)
 #pragma unroll
-        for (int c = 0; c < CT; ++c) acc[p][c] = 0.f;
-      const int nkw = kw_count[rw], e0 = kw_first[rw];
-      for (int a = 0; a < khn; ++a) {
-        for (int q = 0; q < nkw; ++q) {
-          const float* xp = xs + (a * s.ncol + kw_d[e0 + q] + j0) * s.cips;
-          const float* wq = wsm + ((cb * khn + a) * s.KW + kw_sel[e0 + q]) * s.cip * CT;
+          for (int r = 0; r < 4; ++r) acc[p][r] = 0.f;
+        const int ks_n = s.cip / 8, nst = kw_count[rw] * khn * ks_n;
+        const int2* stp = steps + kw_first[rw] * khn * ks_n;
+        const float* xb = xs + (j0 + g) * s.cips + t;
+        const float* wb = wsm + cb * khn * s.KW * ks_n * 256 + lane * 4;
 #pragma unroll 2
-          for (int c4 = 0; c4 < quads; ++c4, xp += 4, wq += 4 * CT) {
-            float4 xv[P];
+        for (int st = 0; st < nst; ++st) {
+          const int2 o = stp[st];
+          const float* xp = xb + o.x;
+          const float4 h4 = *reinterpret_cast<const float4*>(wb + o.y);
+          const float4 l4 = *reinterpret_cast<const float4*>(wb + o.y + 128);
+          const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
+                                  __float_as_uint(h4.w)};
+          const uint32_t al[4] = {__float_as_uint(l4.x), __float_as_uint(l4.y), __float_as_uint(l4.z),
+                                  __float_as_uint(l4.w)};
 #pragma unroll
-            for (int p = 0; p < P; ++p) xv[p] = *reinterpret_cast<const float4*>(xp + p * 32 * s.cips);
+          for (int p = 0; p < P; ++p) {
+            uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+            uint32_t bl[2];
+            split_tf32_trunc_lo(bh[0], bl[0]);
+            split_tf32_trunc_lo(bh[1], bl[1]);
+            mma_tf32(acc[p], al, bh);
+            mma_tf32(acc[p], ah, bl);
+            mma_tf32(acc[p], ah, bh);
+          }
+        }
+        // C fragment: (channel g, pixels 2t, 2t + 1) and (channel g + 8, the same pixels)
+        float* yp = ys + (cb * 16 + g) * s.ysw + rw + s.sw * (j0 + 2 * t);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
+        for (int p = 0; p < P; ++p) {
+          float* yq = yp + p * 8 * s.sw;
+          yq[0] = acc[p][0];
+          yq[s.sw] = acc[p][1];
+          yq[8 * s.ysw] = acc[p][2];
+          yq[8 * s.ysw + s.sw] = acc[p][3];
+        }
+      } else {
+        const int j0 = pb * PXB + lane;
+        float acc[P][CT];
 #pragma unroll
-              for (int c = 0; c < CT; c += 4) {
-                const float4 w4 = *reinterpret_cast<const float4*>(wq + k * CT + c);
+        for (int p = 0; p < P; ++p)
 #pragma unroll
-                for (int p = 0; p < P; ++p) {
-                  const float xk = k == 0 ? xv[p].x : k == 1 ? xv[p].y : k == 2 ? xv[p].z : xv[p].w;
-                  acc[p][c] = fmaf(xk, w4.x, acc[p][c]);
-                  acc[p][c + 1] = fmaf(xk, w4.y, acc[p][c + 1]);
-                  acc[p][c + 2] = fmaf(xk, w4.z, acc[p][c + 2]);
-                  acc[p][c + 3] = fmaf(xk, w4.w, acc[p][c + 3]);
+          for (int c = 0; c < CT; ++c) acc[p][c] = 0.f;
+        const int nkw = kw_count[rw], e0 = kw_first[rw];
+        for (int a = 0; a < khn; ++a) {
+          for (int q = 0; q < nkw; ++q) {
+            const float* xp = xs + (a * s.ncol + kw_d[e0 + q] + j0) * s.cips;
+            const float* wq = wsm + ((cb * khn + a) * s.KW + kw_sel[e0 + q]) * s.cip * CT;
+#pragma unroll 2
+            for (int c4 = 0; c4 < quads; ++c4, xp += 4, wq += 4 * CT) {
+              float4 xv[P];
+#pragma unroll
+              for (int p = 0; p < P; ++p) xv[p] = *reinterpret_cast<const float4*>(xp + p * 32 * s.cips);
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+#pragma unroll
+                for (int c = 0; c < CT; c += 4) {
+                  const float4 w4 = *reinterpret_cast<const float4*>(wq + k * CT + c);
+#pragma unroll
+                  for (int p = 0; p < P; ++p) {
+                    const float xk = k == 0 ? xv[p].x : k == 1 ? xv[p].y : k == 2 ? xv[p].z : xv[p].w;
+                    acc[p][c] = fmaf(xk, w4.x, acc[p][c]);
+                    acc[p][c + 1] = fmaf(xk, w4.y, acc[p][c + 1]);
+                    acc[p][c + 2] = fmaf(xk, w4.z, acc[p][c + 2]);
+                    acc[p][c + 3] = fmaf(xk, w4.w, acc[p][c + 3]);
+                  }
                 }
               }
             }
           }
         }
+        float* yp = ys + cb * CT * s.ysw + rw + s.sw * j0;
+#pragma unroll
+        for (int c = 0; c < CT; ++c, yp += s.ysw)
+#pragma unroll
+          for (int p = 0; p < P; ++p) yp[p * 32 * s.sw] = acc[p][c];
       }
-      float* yp = ys + cb * CT * s.seg + rw + s.sw * j0;
-#pragma unroll
-      for (int c = 0; c < CT; ++c, yp += s.seg)
-#pragma unroll
-        for (int p = 0; p < P; ++p) yp[p * 32 * s.sw] = acc[p][c];
       cb += t_cb;
       const int c1 = cb >= ncb;
       cb -= c1 ? ncb : 0;
@@ -844,25 +930,48 @@ __global__ void __launch_bounds__(PHASE_THREADS, 2)
 
 // Shared memory of the phase kernel for a configuration, in bytes.
 size_t phase_smem_bytes(const PhaseShape& s) {
-  const size_t w = ((size_t)s.cot * s.khn_max * s.KW * s.cip + 3) & ~size_t(3);
+  const size_t w = ((size_t)s.cot * s.khn_max * s.KW * s.cip * (s.tc ? 2 : 1) + 3) & ~size_t(3);
   const size_t xs = ((size_t)s.khn_max * s.ncol * s.cips + 3) & ~size_t(3);
-  return (w + xs + (size_t)s.cot * s.seg) * sizeof(float);
+  const size_t steps = s.tc ? (size_t)s.KW * s.khn_max * (s.cip / 8) * 2 : 0;  // int2 per MMA step
+  return (w + xs + (size_t)s.cot * s.ysw + steps) * sizeof(float);
 }
 
-template <int P, int CT>
-void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
+// Row stride of the output tile: seg, or for the tensor-core variant the even stride >= seg whose
+// C-fragment stores (lane (g, t) at g * ysw + 2 sw t) meet the fewest bank conflicts.
+int phase_tile_stride(const PhaseShape& s) {
+  if (!s.tc) return s.seg;
+  int best = s.seg, best_ways = 33;
+  for (int ysw = s.seg; ysw < s.seg + 32; ysw += 2) {
+    int count[32] = {0}, ways = 0;
+    for (int g = 0; g < 8; ++g)
+      for (int t = 0; t < 4; ++t) ways = std::max(ways, ++count[(g * ysw + 2 * s.sw * t) % 32]);
+    if (ways < best_ways) { best_ways = ways; best = ysw; }
+  }
+  return best;
+}
+
+// Launches the phase kernel (TC: its tensor-core variant, wp then holds the fragment-ordered
+// weights). Returns false where its shared memory does not fit.
+template <int P, int CT, bool TC, int MINB>
+bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
                   PhaseShape s, cudaStream_t stream) {
+  constexpr int PXB = TC ? 8 * P : 32 * P;
+  s.tc = TC;
+  if (TC) s.cip = (s.cin_g + 7) / 8 * 8;
+  s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
+  s.cbg = (s.cout_g + 15) / 16;
   // channel tile: up to 32 channels, balanced over the tiles of a group
   s.tiles_c = (s.cout_g + 31) / 32;
   s.cot = ((s.cout_g + s.tiles_c - 1) / s.tiles_c + CT - 1) / CT * CT;
   const int per_phase = (s.Wout + s.sw - 1) / s.sw;
-  s.npx = (per_phase + 32 * P - 1) / (32 * P) * (32 * P);
+  s.npx = (per_phase + PXB - 1) / PXB * PXB;
   auto fit = [&](size_t budget) {
     for (;;) {
       s.seg = s.sw * s.npx;
       s.ncol = s.npx + ((s.KW - 1) * s.dw + s.sw - 1) / s.sw + 1;
+      s.ysw = phase_tile_stride(s);
       if (phase_smem_bytes(s) <= budget) return true;
-      if (s.npx > 32 * P) s.npx = (s.npx / 2 + 32 * P - 1) / (32 * P) * (32 * P);
+      if (s.npx > PXB) s.npx = (s.npx / 2 + PXB - 1) / PXB * PXB;
       else if (s.cot > CT) {
         s.cot -= CT;
         s.tiles_c = (s.cout_g + s.cot - 1) / s.cot;
@@ -871,16 +980,19 @@ void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   };
   // two blocks per SM (228 KB; 1 KB reserved and under 1 KB of static tables per block) where
   // that fits, else one
-  TORCH_CHECK(fit(112 * 1024) || fit(220 * 1024),
-              "fast phase kernel: too many input channels per group or kernel taps for shared memory "
-              "(use the direct solution)");
+  // MINB blocks per SM where that fits (228 KB per SM; 1 KB reserved and under 1 KB of static
+  // tables per block), else two, else one
+  if (!(MINB > 2 && fit((228 * 1024) / MINB - 2048)) && !fit(112 * 1024) && !fit(220 * 1024)) return false;
   const int per_res = (s.Hout + s.sh - 1) / s.sh;
   const int64_t blocks1 = (int64_t)((s.Wout + s.seg - 1) / s.seg) * s.Hout * s.N * s.groups * s.tiles_c;
-  s.rows = std::min(per_res, blocks1 >= 8 * 2 * 132 ? 4 : 1);  // amortize weight staging
+  // rows per block, to amortize the block's setup (tap tables, weights, the first staging): 4, or 8
+  // for the tensor-core variant (measured on the H200 against 4 and 16: 75 0.412 against 0.441 and
+  // 0.432 ms, 81 0.416 against 0.408 and 0.461, 901 0.409 against 0.424 and 0.422)
+  s.rows = std::min(per_res, blocks1 >= 8 * 2 * 132 ? (TC ? 8 : 4) : 1);
   const int64_t gz = (int64_t)s.N * s.groups * s.tiles_c;
   const int64_t gy = (int64_t)s.sh * ((per_res + s.rows - 1) / s.rows);
   TORCH_CHECK(gz < 65536 && gy < 65536, "fast phase kernel: batch * groups or output height too large");
-  auto kernel = ct2d_phase<P, CT>;
+  auto kernel = ct2d_phase<P, CT, TC, MINB>;
   static bool configured = false;  // once per instantiation, not on every call
   if (!configured) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
@@ -889,6 +1001,7 @@ void launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   dim3 grid((s.Wout + s.seg - 1) / s.seg, gy, gz);
   kernel<<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias,
                                                                y.data_ptr<float>(), s);
+  return true;
 }
 
 template <int MT, int NT, int SPLIT, int KH, int KW>
@@ -1070,11 +1183,12 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
 }  // namespace
 
 // x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
-// phase kernel; wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
+// phase kernel; wt: (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4), its
+// tensor-core variant's fragment-ordered TF32 hi and lo parts (empty: CUDA cores only); wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
 // exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs
 // (wm and wg may be empty where their kernel does not apply). Returns y.
-torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wm, torch::Tensor wg,
-                                    c10::optional<torch::Tensor> bias,
+torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
+                                    torch::Tensor wg, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config) {
@@ -1082,12 +1196,16 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
-  TORCH_CHECK(config >= 0 && config <= 6, "config must be 0..6");
+  TORCH_CHECK(config >= 0 && config <= 7, "config must be 0..7");
   x = x.contiguous();
   wp = wp.contiguous();
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   TORCH_CHECK(groups >= 1 && Cin % groups == 0 && Cout % groups == 0, "channels must divide by groups");
   TORCH_CHECK(wp.size(0) == Cin && wp.size(1) == KH * KW && wp.size(2) == Cout / groups, "packed weight shape");
+  TORCH_CHECK(wt.numel() == 0 || (wt.is_cuda() && wt.is_contiguous() &&
+                                   wt.numel() == groups * ((Cout / groups + 15) / 16) * KH * KW *
+                                                     ((Cin / groups + 7) / 8) * 256),
+              "tensor-core phase weights: expected (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4)");
   const int64_t Hout = (Hin - 1) * stride_h - 2 * pad_h + dil_h * (KH - 1) + outpad_h + 1;
   const int64_t Wout = (Win - 1) * stride_w - 2 * pad_w + dil_w * (KW - 1) + outpad_w + 1;
   TORCH_CHECK(Hout > 0 && Wout > 0, "output size is not positive");
@@ -1111,7 +1229,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     bool done = false;
 #if defined(CT2D_WGMMA)
     const bool wg_ok = split == 1 && wg.numel() > 0;
-    if (wg_ok && ((config == 0 && Cout > 32) || config >= 5))
+    if (wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6))
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
 #endif
     if (!done && wm.numel() > 0)
@@ -1134,24 +1252,31 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   s.cin_g = Cin / groups;
   s.cout_g = Cout / groups;
   s.cip = (s.cin_g + 3) / 4 * 4;
-  s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
   for (int r = 0; r < stride_h; ++r) {
     int c = 0;
     for (int kh = 0; kh < KH; ++kh) c += pos_mod(r + pad_h - kh * dil_h, stride_h) == 0;
     s.khn_max = std::max(s.khn_max, c);
   }
-  // (P, CT): pixels x channels per thread. config 0 chooses; 1..3 force (4, 8), (2, 8), (1, 4)
-  int cfg = config >= 4 ? 0 : config;
+  // config 0 (and 4..6): the tensor-core variant where its shared memory fits, else the CUDA-core
+  // one with (P, CT) pixels x channels per thread chosen here; 1..3 force (4, 8), (2, 8), (1, 4)
+  int cfg = config >= 4 ? 0 : config;  // 7: the tensor-core variant sized for two blocks per SM
+  if (cfg == 0 && wt.numel() > 0 && (config == 7 ? launch_phase<4, 16, true, 2>(x, wt, b, y, s, stream)
+                                            : launch_phase<4, 16, true, 3>(x, wt, b, y, s, stream))) {
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+  }
   if (cfg == 0) {
     const int per_phase = (Wout + stride_w - 1) / stride_w;
     if (s.cout_g < 8) cfg = 3;
     else if (per_phase >= 96 && (per_phase + 127) / 128 * 128 <= 1.2 * per_phase) cfg = 1;
     else cfg = 2;
   }
-  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..6");
-  if (cfg == 1) launch_phase<4, 8>(x, wp, b, y, s, stream);
-  else if (cfg == 2) launch_phase<2, 8>(x, wp, b, y, s, stream);
-  else launch_phase<1, 4>(x, wp, b, y, s, stream);
+  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..7");
+  const bool fits = cfg == 1   ? launch_phase<4, 8, false, 2>(x, wp, b, y, s, stream)
+                    : cfg == 2 ? launch_phase<2, 8, false, 2>(x, wp, b, y, s, stream)
+                               : launch_phase<1, 4, false, 2>(x, wp, b, y, s, stream);
+  TORCH_CHECK(fits, "fast phase kernel: too many input channels per group or kernel taps for shared memory "
+                    "(use the direct solution)");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
