@@ -1,6 +1,6 @@
 """Shared Python side of the fast ConvTranspose2d solutions (fast.cu): parameters created exactly
 as nn.ConvTranspose2d creates them (matched-seed construction gives the reference's weights),
-weights repacked to (Cin, KH*KW, Cout/groups) once per weight version, not on every call."""
+weights repacked into each kernel's layout once per weight version, not on every call."""
 import os
 from pathlib import Path
 
@@ -17,7 +17,6 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
 """
-
 
 
 def _hopper_target() -> bool:

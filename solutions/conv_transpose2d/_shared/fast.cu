@@ -635,6 +635,15 @@ struct PhaseShape {
   int tc, ysw, cbg;              // tensor-core variant; output tile row stride; 16-channel blocks per group
 };
 
+// Shared-memory floats of the phase kernel's weights (for khn valid kh; TC: hi and lo parts) and of
+// its staged input rows, each rounded up to 16 bytes; the host sizes the allocation with them.
+__host__ __device__ __forceinline__ int phase_w_floats(const PhaseShape& s, int khn, bool tc) {
+  return (s.cot * khn * s.KW * s.cip * (tc ? 2 : 1) + 3) & ~3;
+}
+__host__ __device__ __forceinline__ int phase_xs_floats(const PhaseShape& s) {
+  return (s.khn_max * s.ncol * s.cips + 3) & ~3;
+}
+
 __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
 __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) + b) % b; }
 
@@ -652,7 +661,7 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 //      with streaming stores (+ bias).
 // Rows without any valid kh are pure bias (or zero) stores.
 //
-// TC (tensor cores, CT = 16): step 2 runs on mma.sync m16n8k8 as 3xTF32 (exact fp32 class): a warp
+// TC (tensor cores, CT = 16): step 2 runs on mma.sync m16n8k8 as 3xTF32 (fp32 class): a warp
 // task is (column phase, 8 P pixels, 16 channels), per valid tap and 8 input channels: the A
 // fragments (weights, split into TF32 hi and lo on the host and packed in fragment order, one
 // float4 each per lane), then per 8 pixels the B fragment from the staged input (split in
@@ -712,9 +721,8 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   if (nrows <= 0) return;
   float* const out0 = y + ((int64_t)n * s.Cout + co_abs) * plane + ow0;
   float* const wsm = phase_smem;  // [cb][kh_a][kw][ci][CT]
-  const int wsize = (s.cot * khn * s.KW * s.cip * (TC ? 2 : 1) + 3) & ~3;  // TC: hi and lo
-  float* const xs = wsm + wsize;  // [kh_a][col][cips]
-  float* const ys = xs + ((s.khn_max * s.ncol * s.cips + 3) & ~3);  // [cot][ysw]
+  float* const xs = wsm + phase_w_floats(s, khn, TC);  // [kh_a][col][cips]
+  float* const ys = xs + phase_xs_floats(s);        // [cot][ysw]
   const bool pairs = plane % 2 == 0 && s.Wout % 2 == 0 && ow0 % 2 == 0;  // rows 8-byte aligned: float2 stores
   // TC: per column phase, its MMA steps (kw of the phase, kh_a, 8 input channels) as offsets into
   // xs and into a channel block's weights, from steps[kw_first[rw] * khn * ks_n]
@@ -930,8 +938,7 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
 
 // Shared memory of the phase kernel for a configuration, in bytes.
 size_t phase_smem_bytes(const PhaseShape& s) {
-  const size_t w = ((size_t)s.cot * s.khn_max * s.KW * s.cip * (s.tc ? 2 : 1) + 3) & ~size_t(3);
-  const size_t xs = ((size_t)s.khn_max * s.ncol * s.cips + 3) & ~size_t(3);
+  const size_t w = phase_w_floats(s, s.khn_max, s.tc), xs = phase_xs_floats(s);
   const size_t steps = s.tc ? (size_t)s.KW * s.khn_max * (s.cip / 8) * 2 : 0;  // int2 per MMA step
   return (w + xs + (size_t)s.cot * s.ysw + steps) * sizeof(float);
 }
@@ -957,7 +964,7 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
                   PhaseShape s, cudaStream_t stream) {
   constexpr int PXB = TC ? 8 * P : 32 * P;
   s.tc = TC;
-  if (TC) s.cip = (s.cin_g + 7) / 8 * 8;
+  s.cip = TC ? (s.cin_g + 7) / 8 * 8 : (s.cin_g + 3) / 4 * 4;  // the MMA's K is 8, the FMA loop's 4
   s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
   s.cbg = (s.cout_g + 15) / 16;
   // channel tile: up to 32 channels, balanced over the tiles of a group
@@ -1251,7 +1258,6 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   s.dh = dil_h; s.dw = dil_w; s.groups = groups;
   s.cin_g = Cin / groups;
   s.cout_g = Cout / groups;
-  s.cip = (s.cin_g + 3) / 4 * 4;
   for (int r = 0; r < stride_h; ++r) {
     int c = 0;
     for (int kh = 0; kh < KH; ++kh) c += pos_mod(r + pad_h - kh * dil_h, stride_h) == 0;
