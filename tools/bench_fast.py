@@ -19,7 +19,8 @@ from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
 # BENCH_CONFIGS=1,2,3 also times each forced tiling of the kernel the problem runs (for the phase
 # kernel: its CUDA-core variant); 4, 5, 6 force the mma.sync, one-warpgroup wgmma and
 # warp-specialized wgmma kernels on stride 1; 7 the phase kernel's tensor-core variant sized for two
-# blocks per SM instead of three (see fast.cu)
+# blocks per SM instead of three; 8 the warp-specialized wgmma kernel with its consumers on pixel
+# halves (see fast.cu)
 CONFIGS = [int(c) for c in os.environ.get("BENCH_CONFIGS", "").split(",") if c]
 
 

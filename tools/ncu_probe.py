@@ -4,8 +4,9 @@ Nsight Compute to profile one launch:
     PYTHONPATH=. ncu --kernel-name regex:ct2d --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats python tools/ncu_probe.py 81
 
-FAST_CONFIG=1..3 forces the kernel tiling (the phase kernel's CUDA-core variant), 4..6 the stride-1
-tensor-core kernel, 7 the phase kernel's tensor-core variant at two blocks per SM (see fast.cu).
+FAST_CONFIG=1..3 forces the kernel tiling (the phase kernel's CUDA-core variant), 4..6 and 8 the
+stride-1 tensor-core kernel, 7 the phase kernel's tensor-core variant at two blocks per SM (see
+fast.cu).
 """
 import os
 import sys

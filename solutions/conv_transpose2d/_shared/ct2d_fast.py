@@ -69,7 +69,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
     way (3xTF32 tensor cores, or fp32 FMAs where that does not fit), fp32-class results."""
 
     split = 1
-    config = 0  # kernel: 0 = chosen from the shapes (1..7 force one, for tuning runs; see fast.cu)
+    config = 0  # kernel: 0 = chosen from the shapes (1..8 force one, for tuning runs; see fast.cu)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -316,8 +316,9 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 // 3. ct2d_wg / ct2d_wgs (stride 1, groups 1, TF32 class; built only for sm_90a, see ct2d_fast.py): the same
 //    implicit GEMM as ct2d_mma, on the Hopper warpgroup MMA (wgmma), both operands read by the
 //    tensor cores straight from shared memory. Warp-specialized block of three warpgroups: one
-//    producer stages the input and weights with cp.async, two consumers issue the MMAs, each for
-//    64 output channels (the wgmma M; A = weights) x 256 pixels (the wgmma N; B = input).
+//    producer stages the input with cp.async and the weights with the bulk copy engine, both
+//    signalling an mbarrier per stage; two consumers issue the MMAs, each for 64 output channels
+//    (the wgmma M; A = weights) x 256 pixels (the wgmma N; B = input).
 //    The pixels are a "flattened" tile: output rows oh0 + r, columns ow0 + c for flat index
 //    p = r * rowlen + c, rowlen = TW + (KW - 1) * dil_w, with c >= TW computed but never stored.
 //    The input tile is staged with the same flat indexing (q = r * rowlen + c over the tile's
@@ -351,12 +352,8 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_2() { asm volatile("cp.async.wait_group 2;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_3() { asm volatile("cp.async.wait_group 3;\n" ::); }
 // cp.async writes are generic-proxy writes; the wgmma reads through the async proxy
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 // keep the compiler from moving accumulator accesses across the asynchronous MMAs
 __device__ __forceinline__ void pin(float (&d)[128]) {
 #pragma unroll
@@ -423,14 +420,19 @@ __device__ __forceinline__ void wg_offsets(const WgShape& s, const WgBlock& b, i
 }
 
 // One chunk (8 input channels) into the stage at sb, by one warpgroup (tid 0..127), one cp.async
-// group. Thread copies channel kk = 4 (warp & 1) + (lane & 3) of positions qs + 16 j: a warp
-// instruction writes 8 positions x 16 bytes = one 128-byte core matrix.
-__device__ __forceinline__ void wg_stage(const WgShape& s, const WgBlock& b, const float* __restrict__ x,
-                                         const float* __restrict__ wg, const int* off, uint32_t sb, int chunk,
-                                         int tid) {
-  const int warp = tid >> 5, lane = tid & 31, taps = s.KH * s.KW;
-  // weights: per tap co_b * 32 contiguous bytes (16-byte pieces [co / 8][half][co % 8])
-  const float* wsrc = wg + ((int64_t)chunk * taps * s.co8 * 8 + b.co0) * 8;
+// group: the weights (wg_stage_weights; ct2d_wgs copies them with the bulk copy engine instead, see
+// wg_bulk_weights) and the input tile (wg_stage_input). The input thread copies channel
+// kk = 4 (warp & 1) + (lane & 3) of positions qs + 16 j: a warp instruction writes 8 positions x 16
+// bytes = one 128-byte core matrix.
+// Weights per tap: co_b * 32 contiguous bytes (16-byte pieces [co / 8][half][co % 8]).
+__device__ __forceinline__ const float* wg_chunk_weights(const WgShape& s, const WgBlock& b, const float* wg,
+                                                         int chunk) {
+  return wg + ((int64_t)chunk * s.KH * s.KW * s.co8 * 8 + b.co0) * 8;
+}
+__device__ __forceinline__ void wg_stage_weights(const WgShape& s, const WgBlock& b, const float* __restrict__ wg,
+                                                 uint32_t sb, int chunk, int tid) {
+  const int taps = s.KH * s.KW;
+  const float* wsrc = wg_chunk_weights(s, b, wg, chunk);
   if (b.co_b == s.co8 * 8) {  // all channels in one block: one contiguous range
     const int pieces = taps * b.co_b * 2;
 #pragma unroll 4
@@ -440,6 +442,10 @@ __device__ __forceinline__ void wg_stage(const WgShape& s, const WgBlock& b, con
       for (int i = tid; i < b.co_b * 2; i += WG_THREADS)
         cp_async16(sb + (tap * b.co_b * 2 + i) * 16, wsrc + (int64_t)tap * s.co8 * 64 + i * 4);
   }
+}
+__device__ __forceinline__ void wg_stage_input(const WgShape& s, const WgBlock& b, const float* __restrict__ x,
+                                               const int* off, uint32_t sb, int chunk, int tid) {
+  const int warp = tid >> 5, lane = tid & 31;
   const int kk = (warp & 1) * 4 + (lane & 3), qs = (warp >> 1) * 8 + (lane >> 2);
   const int ci = chunk * 8 + kk;
   const bool ci_ok = ci < s.Cin;
@@ -453,10 +459,7 @@ __device__ __forceinline__ void wg_stage(const WgShape& s, const WgBlock& b, con
     const uint32_t bytes = (uint32_t)(~o >> 31) & in_mask & 4u;
     cp_async4(d, xc + (bytes ? o : 0), bytes);
   }
-  cp_async_commit();
 }
-
-
 
 // All taps of one chunk for one consumer warpgroup: channels co_w.. of the block (A rows start
 // co_w * 32 bytes into each tap's weights), flat pixels p0..p0+255.
@@ -525,40 +528,88 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
   }
 }
 
+// mbarriers (shared::cta): the producer's cp.async copies arrive on "stage full" when they land
+// (cp.async.mbarrier.arrive.noinc, one arrival per producer thread); each consumer warp arrives on
+// "stage free" once the MMAs that read the stage have completed. Waits use the phase parity.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// bulk copy engine (TMA, 1-D): bytes (multiple of 16, both addresses 16-byte aligned) from global
+// to shared memory, completing as transaction bytes on the mbarrier
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const float* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// ct2d_wgs: one chunk's weights with the bulk copy engine, issued by one producer warp: one copy
+// where the block has all channels (contiguous), else one per tap. Lane 0 announces the bytes on
+// the stage's "full" barrier (one of its arrivals).
+__device__ __forceinline__ void wg_bulk_weights(const WgShape& s, const WgBlock& b, const float* __restrict__ wg,
+                                                uint32_t sb, int chunk, int lane, uint32_t bar) {
+  const int taps = s.KH * s.KW;
+  const uint32_t tap_bytes = b.co_b * 32;
+  const float* wsrc = wg_chunk_weights(s, b, wg, chunk);
+  if (lane == 0) mbar_arrive_expect_tx(bar, taps * tap_bytes);
+  if (b.co_b == s.co8 * 8) {
+    if (lane == 0) bulk_copy(sb, wsrc, taps * tap_bytes, bar);
+  } else {
+    for (int tap = lane; tap < taps; tap += 32) bulk_copy(sb + tap * tap_bytes, wsrc + (int64_t)tap * s.co8 * 64, tap_bytes, bar);
+  }
+}
+constexpr int WGS_MAX_STAGES = 5;
+constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB per block less the static barriers
+
 // Warp-specialized: warpgroup 0 stages chunk c into stage c % S once the consumers have released
-// it, and tells them when it has landed; warpgroups 1 and 2 run the MMAs, keeping one chunk's MMAs
-// in flight while the next chunk's are issued. Named barriers: 1 + st "stage st full"
-// (producer arrives, consumers wait), 1 + S + st "stage st free" (consumers arrive, producer
-// waits), 384 threads each.
+// it; its copies signal "full" themselves when they land, so the producer never waits for a copy
+// and runs up to S chunks ahead. Warpgroups 1 and 2 run the MMAs, keeping one chunk's MMAs in
+// flight while the next chunk's are issued, and release a stage when its MMAs have completed.
 __global__ void __launch_bounds__(WGS_THREADS, 1)
     ct2d_wgs(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
              float* __restrict__ y, const WgShape s) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) float smem[];
+  __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES];  // full[S], free[S]
   int* off = reinterpret_cast<int*>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + s.tab_bytes;
+  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), free0 = full0 + 8 * WGS_MAX_STAGES;
+  const int S = s.stages, chunks = s.chunks, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (threadIdx.x < S) {
+    mbar_init(full0 + 8 * threadIdx.x, WG_THREADS + 1);  // one per producer thread, one for the weights
+    mbar_init(free0 + 8 * threadIdx.x, 8);           // one per consumer warp
+  }
   const WgBlock b = wg_block(s, 64 * s.cwn);
   wg_offsets(s, b, off, threadIdx.x, WGS_THREADS);
-  __syncthreads();
-  const int S = s.stages, chunks = s.chunks, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  __syncthreads();  // offsets and barrier initialisation visible to all
   if (wgi == 0) {
-    const int lag = S - 2;  // chunks whose copies may still be in flight when one is announced
-    for (int c = 0; c < chunks + lag; ++c) {
-      if (c < chunks) {
-        if (c >= S) bar_sync(1 + S + c % S, WGS_THREADS);  // consumers are done with chunk c - S
-        wg_stage(s, b, x, wg, off, base + (c % S) * s.stage_bytes, c, tid);
-      } else {
-        cp_async_commit();
-      }
-      if (c >= lag) {
-        if (lag == 3) cp_async_wait_3();
-        else if (lag == 2) cp_async_wait_2();
-        else if (lag == 1) cp_async_wait_1();
-        else cp_async_wait_0();
-        fence_proxy_async();
-        bar_arrive(1 + (c - lag) % S, WGS_THREADS);  // chunk c - lag has landed
-      }
+    // stage st of chunk c = st + S k; k's parity is ph (incremental: no division in the loop)
+    for (int c = 0, st = 0, ph = 0; c < chunks; ++c) {
+      if (c >= S) mbar_wait(free0 + 8 * st, ph ^ 1);  // consumers are done with chunk c - S
+      const uint32_t sb = base + st * s.stage_bytes;
+      if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full0 + 8 * st);
+      wg_stage_input(s, b, x, off, sb, c, tid);
+      cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
+      if (++st == S) st = 0, ph ^= 1;
     }
+    cp_async_wait_0();
     return;
   }
   const int w = wgi - 1;
@@ -566,15 +617,18 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  for (int c = 0; c < chunks; ++c) {
-    bar_sync(1 + c % S, WGS_THREADS);
+  for (int c = 0, st = 0, ph = 0, prev = 0; c < chunks; ++c) {
+    mbar_wait(full0 + 8 * st, ph);
+    fence_proxy_async();  // the cp.async (generic proxy) writes, seen by the wgmma (async proxy)
     pin(acc);
     wg_fence();
-    wg_mma_chunk(s, b, acc, base + (c % S) * s.stage_bytes, co_w, p0);
+    wg_mma_chunk(s, b, acc, base + st * s.stage_bytes, co_w, p0);
     wg_commit();
     wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
     pin(acc);
-    if (c >= 1 && c - 1 + S < chunks) bar_arrive(1 + S + (c - 1) % S, WGS_THREADS);
+    if (c >= 1 && (tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
+    prev = st;
+    if (++st == S) st = 0, ph ^= 1;
   }
   wg_wait0();
   pin(acc);
@@ -599,17 +653,21 @@ __global__ void __launch_bounds__(WG_THREADS, 3)
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
   const int S = s.stages, chunks = s.chunks;
+  auto stage = [&](uint32_t sb, int c) {
+    wg_stage_weights(s, b, wg, sb, c, tid);
+    wg_stage_input(s, b, x, off, sb, c, tid);
+  };
   for (int c = 0; c < S - 1; ++c) {
-    if (c < chunks) wg_stage(s, b, x, wg, off, base + c * s.stage_bytes, c, tid);
-    else cp_async_commit();
+    if (c < chunks) stage(base + c * s.stage_bytes, c);
+    cp_async_commit();
   }
   for (int c = 0; c < chunks; ++c) {
     if (S == 3) cp_async_wait_1();
     else cp_async_wait_0();
     fence_proxy_async();
     __syncthreads();  // chunk c landed for all threads; every MMA of chunk c - 1 has completed
-    if (c + S - 1 < chunks) wg_stage(s, b, x, wg, off, base + ((c + S - 1) % S) * s.stage_bytes, c + S - 1, tid);
-    else cp_async_commit();
+    if (c + S - 1 < chunks) stage(base + ((c + S - 1) % S) * s.stage_bytes, c + S - 1);
+    cp_async_commit();
     pin(acc);
     wg_fence();
     wg_mma_chunk(s, b, acc, base + (c % S) * s.stage_bytes, 0, 0);
@@ -1093,14 +1151,14 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
 #if defined(CT2D_WGMMA)
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
 // acceptable (ct2d_wgs runs one). Returns the dynamic shared memory size, 0 where it does not fit.
-size_t plan_wg(WgShape& s, bool spec, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
+size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
                int64_t dil_w) {
   const int64_t taps = KH * KW, chunks = (Cin + 7) / 8, co8 = (Cout + 7) / 8;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
   // on two 256-pixel halves of 512 pixels where there are at most 64 channels
-  s.cwn = spec && co8 * 8 > 64 ? 2 : 1;
+  s.cwn = spec && co8 * 8 > 64 && !pix_halves ? 2 : 1;
   const int64_t pxb = spec ? WG_N * 2 / s.cwn : WG_N, cob_ch = 64 * s.cwn;
   const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
   // tile: TW columns (even where the halo is, so pixel pairs stay 8-byte aligned) and TR rows with
@@ -1134,21 +1192,22 @@ size_t plan_wg(WgShape& s, bool spec, int blocks_min, int64_t Cin, int64_t Hin, 
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
   const size_t slack = spec ? 4096 : 2048;
   auto need = [&](int st) { return (size_t)s.tab_bytes + (size_t)st * s.stage_bytes + slack; };
-  if (spec) {  // one block per SM: the deepest pipeline that fits, up to 5 stages
-    for (int st = 5; st >= 2; --st)
-      if (need(st) <= 227 * 1024) { s.stages = st; return need(st); }
+  if (spec) {  // one block per SM: the deepest pipeline that fits, up to WGS_MAX_STAGES
+    for (int st = WGS_MAX_STAGES; st >= 2; --st)
+      if (need(st) <= kWgSmemMax) { s.stages = st; return need(st); }
   } else {  // the most blocks per SM, then 3 stages if they fit
     for (int blocks = 3; blocks >= blocks_min; --blocks)
       for (int st = 3; st >= 2; --st)
-        if (need(st) <= (size_t)(228 * 1024) / blocks - 1024) { s.stages = st; return need(st); }
+        if (need(st) <= std::min<size_t>(kWgSmemMax, (228 * 1024) / blocks - 1024)) { s.stages = st; return need(st); }
   }
   return 0;
 }
 
 // Tensor-core path on the warpgroup MMA (sm_90a): stride 1, groups 1, TF32 class. config 5 forces
-// ct2d_wg, 6 ct2d_wgs; 0 runs ct2d_wg where three of its blocks fit on an SM (measured faster
-// there, e.g. 57: 3.56 against 5.38 ms), else ct2d_wgs (65: 1.94 against 2.06-2.48 ms; 69: 3.16
-// against 3.44-3.69 ms). Returns false where the path does not apply.
+// ct2d_wg, 6 ct2d_wgs, 8 ct2d_wgs with its consumers on two pixel halves of 64 channels (a tuning
+// hook: 69 2.83 against 2.39 ms); 0 runs ct2d_wg where three of its blocks fit on an SM (measured
+// faster there, e.g. 57: 3.56 against 4.30 ms), else ct2d_wgs (65: 1.43 ms; 69: 2.39 against
+// 3.44-3.69 ms for ct2d_wg). Returns false where the path does not apply.
 bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, torch::Tensor& y, int64_t KH,
             int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t config,
             cudaStream_t stream) {
@@ -1159,9 +1218,9 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (N > 65535) return false;
   WgShape s;
   auto plan = [&](bool spec, int blocks_min) {
-    return plan_wg(s, spec, blocks_min, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w);
+    return plan_wg(s, spec, config == 8, blocks_min, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w);
   };
-  bool spec = config == 6;
+  bool spec = config == 6 || config == 8;
   size_t smem = 0;
   if (config == 0) {
     smem = plan(false, 3);
@@ -1178,7 +1237,7 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   auto kernel = spec ? ct2d_wgs : ct2d_wg;
   static bool configured[2] = {false, false};  // once per kernel, not on every call
   if (!configured[spec]) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax));
     configured[spec] = true;
   }
   kernel<<<dim3(gx, N), spec ? WGS_THREADS : WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(),
@@ -1203,7 +1262,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
-  TORCH_CHECK(config >= 0 && config <= 7, "config must be 0..7");
+  TORCH_CHECK(config >= 0 && config <= 8, "config must be 0..8");
   x = x.contiguous();
   wp = wp.contiguous();
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
@@ -1236,7 +1295,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     bool done = false;
 #if defined(CT2D_WGMMA)
     const bool wg_ok = split == 1 && wg.numel() > 0;
-    if (wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6))
+    if (wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6 || config == 8))
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
 #endif
     if (!done && wm.numel() > 0)
@@ -1277,7 +1336,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     else if (per_phase >= 96 && (per_phase + 127) / 128 * 128 <= 1.2 * per_phase) cfg = 1;
     else cfg = 2;
   }
-  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..7");
+  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..8");
   const bool fits = cfg == 1   ? launch_phase<4, 8, false, 2>(x, wp, b, y, s, stream)
                     : cfg == 2 ? launch_phase<2, 8, false, 2>(x, wp, b, y, s, stream)
                                : launch_phase<1, 4, false, 2>(x, wp, b, y, s, stream);
