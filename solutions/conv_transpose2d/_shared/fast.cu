@@ -397,12 +397,12 @@ __device__ __forceinline__ void wgmma_m64n256k8(float (&d)[128], uint64_t da, ui
 struct WgBlock {
   int oh0, ow0, n, co0, co_b;  // co_b: channels staged (multiple of 8)
 };
-__device__ __forceinline__ WgBlock wg_block(const WgShape& s, int cob_ch) {
+__device__ __forceinline__ WgBlock wg_block(const WgShape& s, int cob_ch, int bx, int n) {
   WgBlock b;
-  const int cob = blockIdx.x % s.co_blocks, tile = blockIdx.x / s.co_blocks;
+  const int cob = bx % s.co_blocks, tile = bx / s.co_blocks;
   b.oh0 = (tile / s.tiles_w) * s.TR;
   b.ow0 = (tile % s.tiles_w) * s.TW;
-  b.n = blockIdx.y;
+  b.n = n;
   b.co0 = cob * cob_ch;
   b.co_b = min(cob_ch, s.co8 * 8 - b.co0);
   return b;
@@ -578,13 +578,17 @@ __device__ __forceinline__ void wg_bulk_weights(const WgShape& s, const WgBlock&
 constexpr int WGS_MAX_STAGES = 5;
 constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB per block less the static barriers
 
-// Warp-specialized: warpgroup 0 stages chunk c into stage c % S once the consumers have released
-// it; its copies signal "full" themselves when they land, so the producer never waits for a copy
-// and runs up to S chunks ahead. Warpgroups 1 and 2 run the MMAs, keeping one chunk's MMAs in
-// flight while the next chunk's are issued, and release a stage when its MMAs have completed.
+// Warp-specialized and persistent: each block takes the work items (tile, image) blockIdx.x,
+// blockIdx.x + gridDim.x, ... Warpgroup 0 stages chunk c of an item into stage g % S (g counts the
+// block's chunks over all its items) once the consumers have released it; its copies signal "full"
+// themselves when they land, so the producer never waits for a copy and runs up to S chunks ahead,
+// into the next item while the consumers write this one out. Warpgroups 1 and 2 run the MMAs,
+// keeping one chunk's MMAs in flight while the next chunk's are issued, and release a stage when
+// its MMAs have completed.
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __global__ void __launch_bounds__(WGS_THREADS, 1)
     ct2d_wgs(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
-             float* __restrict__ y, const WgShape s) {
+             float* __restrict__ y, const WgShape s, int gx, int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES];  // full[S], free[S]
@@ -594,45 +598,56 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
   const int S = s.stages, chunks = s.chunks, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x < S) {
     mbar_init(full0 + 8 * threadIdx.x, WG_THREADS + 1);  // one per producer thread, one for the weights
-    mbar_init(free0 + 8 * threadIdx.x, 8);           // one per consumer warp
+    mbar_init(free0 + 8 * threadIdx.x, 8);               // one per consumer warp
   }
-  const WgBlock b = wg_block(s, 64 * s.cwn);
-  wg_offsets(s, b, off, threadIdx.x, WGS_THREADS);
-  __syncthreads();  // offsets and barrier initialisation visible to all
+  __syncthreads();  // barrier initialisation visible to all
   if (wgi == 0) {
-    // stage st of chunk c = st + S k; k's parity is ph (incremental: no division in the loop)
-    for (int c = 0, st = 0, ph = 0; c < chunks; ++c) {
-      if (c >= S) mbar_wait(free0 + 8 * st, ph ^ 1);  // consumers are done with chunk c - S
-      const uint32_t sb = base + st * s.stage_bytes;
-      if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full0 + 8 * st);
-      wg_stage_input(s, b, x, off, sb, c, tid);
-      cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
-      if (++st == S) st = 0, ph ^= 1;
+    // stage st of the block's chunk g = st + S k; k's parity is ph (incremental: no division)
+    int g = 0, st = 0, ph = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
+      producer_sync();  // every producer thread has issued the previous item's copies
+      wg_offsets(s, b, off, tid, WG_THREADS);
+      producer_sync();
+      for (int c = 0; c < chunks; ++c, ++g) {
+        if (g >= S) mbar_wait(free0 + 8 * st, ph ^ 1);  // consumers are done with chunk g - S
+        const uint32_t sb = base + st * s.stage_bytes;
+        if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full0 + 8 * st);
+        wg_stage_input(s, b, x, off, sb, c, tid);
+        cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
+        if (++st == S) st = 0, ph ^= 1;
+      }
     }
     cp_async_wait_0();
     return;
   }
   const int w = wgi - 1;
   const int co_w = (w % s.cwn) * 64, p0 = (w / s.cwn) * WG_N;
-  float acc[128];
+  int st = 0, ph = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
+    float acc[128];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  for (int c = 0, st = 0, ph = 0, prev = 0; c < chunks; ++c) {
-    mbar_wait(full0 + 8 * st, ph);
-    fence_proxy_async();  // the cp.async (generic proxy) writes, seen by the wgmma (async proxy)
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    int prev = 0;
+    for (int c = 0; c < chunks; ++c) {
+      mbar_wait(full0 + 8 * st, ph);
+      fence_proxy_async();  // the cp.async (generic proxy) writes, seen by the wgmma (async proxy)
+      pin(acc);
+      wg_fence();
+      wg_mma_chunk(s, b, acc, base + st * s.stage_bytes, co_w, p0);
+      wg_commit();
+      wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
+      pin(acc);
+      if (c >= 1 && (tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
+      prev = st;
+      if (++st == S) st = 0, ph ^= 1;
+    }
+    wg_wait0();
     pin(acc);
-    wg_fence();
-    wg_mma_chunk(s, b, acc, base + st * s.stage_bytes, co_w, p0);
-    wg_commit();
-    wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
-    pin(acc);
-    if (c >= 1 && (tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
-    prev = st;
-    if (++st == S) st = 0, ph ^= 1;
+    if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);  // the item's last chunk
+    wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
   }
-  wg_wait0();
-  pin(acc);
-  wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
 #endif
 }
 
@@ -645,7 +660,7 @@ __global__ void __launch_bounds__(WG_THREADS, 3)
   extern __shared__ __align__(128) float smem[];
   int* off = reinterpret_cast<int*>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + s.tab_bytes;
-  const WgBlock b = wg_block(s, 64);
+  const WgBlock b = wg_block(s, 64, blockIdx.x, blockIdx.y);
   const int tid = threadIdx.x;
   wg_offsets(s, b, off, tid, WG_THREADS);
   __syncthreads();
@@ -1205,8 +1220,8 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
 
 // Tensor-core path on the warpgroup MMA (sm_90a): stride 1, groups 1, TF32 class. config 5 forces
 // ct2d_wg, 6 ct2d_wgs, 8 ct2d_wgs with its consumers on two pixel halves of 64 channels (a tuning
-// hook: 69 2.83 against 2.39 ms); 0 runs ct2d_wg where three of its blocks fit on an SM (measured
-// faster there, e.g. 57: 3.56 against 4.30 ms), else ct2d_wgs (65: 1.43 ms; 69: 2.39 against
+// hook: 69 2.52 against 2.26 ms); 0 runs ct2d_wg where three of its blocks fit on an SM (measured
+// faster there, e.g. 57: 3.66 against 3.91 ms), else ct2d_wgs (65: 1.43 ms; 69: 2.26 against
 // 3.44-3.69 ms for ct2d_wg). Returns false where the path does not apply.
 bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, torch::Tensor& y, int64_t KH,
             int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t config,
@@ -1234,14 +1249,24 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (!smem) return false;
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   if (gx >= (int64_t(1) << 31)) return false;
-  auto kernel = spec ? ct2d_wgs : ct2d_wg;
   static bool configured[2] = {false, false};  // once per kernel, not on every call
   if (!configured[spec]) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax));
+    C10_CUDA_CHECK(spec ? cudaFuncSetAttribute(ct2d_wgs, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax)
+                        : cudaFuncSetAttribute(ct2d_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax));
     configured[spec] = true;
   }
-  kernel<<<dim3(gx, N), spec ? WGS_THREADS : WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(),
-                                                                         b, y.data_ptr<float>(), s);
+  if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
+    int dev = 0, sms = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&dev));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t items = gx * N;
+    if (items >= (int64_t(1) << 31)) return false;
+    ct2d_wgs<<<(int)std::min<int64_t>(items, sms), WGS_THREADS, smem, stream>>>(
+        x.data_ptr<float>(), wg.data_ptr<float>(), b, y.data_ptr<float>(), s, (int)gx, (int)items);
+  } else {
+    ct2d_wg<<<dim3(gx, N), WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(), b,
+                                                       y.data_ptr<float>(), s);
+  }
   return true;
 }
 #endif
