@@ -315,10 +315,11 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 #if defined(CT2D_WGMMA)
 // 3. ct2d_wg / ct2d_wgs (stride 1, groups 1, TF32 class; built only for sm_90a, see ct2d_fast.py): the same
 //    implicit GEMM as ct2d_mma, on the Hopper warpgroup MMA (wgmma), both operands read by the
-//    tensor cores straight from shared memory. Warp-specialized block of three warpgroups: one
-//    producer stages the input with cp.async and the weights with the bulk copy engine, both
-//    signalling an mbarrier per stage; two consumers issue the MMAs, each for 64 output channels
-//    (the wgmma M; A = weights) x 256 pixels (the wgmma N; B = input).
+//    tensor cores straight from shared memory. Warp-specialized, persistent block (one per SM,
+//    looping over the (tile, image) items) of three warpgroups: one producer stages the input
+//    with cp.async and the weights with the bulk copy engine, both signalling an mbarrier per
+//    stage; two consumers issue the MMAs, each for 64 output channels (the wgmma M; A = weights)
+//    x 256 pixels (the wgmma N; B = input).
 //    The pixels are a "flattened" tile: output rows oh0 + r, columns ow0 + c for flat index
 //    p = r * rowlen + c, rowlen = TW + (KW - 1) * dil_w, with c >= TW computed but never stored.
 //    The input tile is staged with the same flat indexing (q = r * rowlen + c over the tile's
@@ -419,9 +420,9 @@ __device__ __forceinline__ void wg_offsets(const WgShape& s, const WgBlock& b, i
   }
 }
 
-// One chunk (8 input channels) into the stage at sb, by one warpgroup (tid 0..127), one cp.async
-// group: the weights (wg_stage_weights; ct2d_wgs copies them with the bulk copy engine instead, see
-// wg_bulk_weights) and the input tile (wg_stage_input). The input thread copies channel
+// One chunk (8 input channels) into the stage at sb, by one warpgroup (tid 0..127): the weights
+// (wg_stage_weights; ct2d_wgs copies them with the bulk copy engine instead, see wg_bulk_weights)
+// and the input tile (wg_stage_input), as cp.async copies (ct2d_wg commits each chunk as one group). The input thread copies channel
 // kk = 4 (warp & 1) + (lane & 3) of positions qs + 16 j: a warp instruction writes 8 positions x 16
 // bytes = one 128-byte core matrix.
 // Weights per tap: co_b * 32 contiguous bytes (16-byte pieces [co / 8][half][co % 8]).
