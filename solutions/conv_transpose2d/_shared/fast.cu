@@ -1010,6 +1010,25 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   }
 }
 
+// Host helpers of the launchers. K's dynamic shared memory limit raised to bytes, once per kernel
+// (a static per instantiation), not on every call.
+template <auto K>
+void allow_smem(int bytes) {
+  static bool done = false;
+  if (!done) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    done = true;
+  }
+}
+
+// Multiprocessors of the current device.
+int sm_count() {
+  int dev = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 // Shared memory of the phase kernel for a configuration, in bytes.
 size_t phase_smem_bytes(const PhaseShape& s) {
   const size_t w = phase_w_floats(s, s.khn_max, s.tc), xs = phase_xs_floats(s);
@@ -1069,18 +1088,13 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   // rows per block, to amortize the block's setup (tap tables, weights, the first staging): 4, or 8
   // for the tensor-core variant (measured on the H200 against 4 and 16: 75 0.412 against 0.441 and
   // 0.432 ms, 81 0.416 against 0.408 and 0.461, 901 0.409 against 0.424 and 0.422)
-  s.rows = std::min(per_res, blocks1 >= 8 * 2 * 132 ? (TC ? 8 : 4) : 1);
+  s.rows = std::min(per_res, blocks1 >= 8 * 2 * sm_count() ? (TC ? 8 : 4) : 1);
   const int64_t gz = (int64_t)s.N * s.groups * s.tiles_c;
   const int64_t gy = (int64_t)s.sh * ((per_res + s.rows - 1) / s.rows);
   TORCH_CHECK(gz < 65536 && gy < 65536, "fast phase kernel: batch * groups or output height too large");
-  auto kernel = ct2d_phase<P, CT, TC, MINB>;
-  static bool configured = false;  // once per instantiation, not on every call
-  if (!configured) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-    configured = true;
-  }
+  allow_smem<ct2d_phase<P, CT, TC, MINB>>(220 * 1024);
   dim3 grid((s.Wout + s.seg - 1) / s.seg, gy, gz);
-  kernel<<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias,
+  ct2d_phase<P, CT, TC, MINB><<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias,
                                                                y.data_ptr<float>(), s);
   return true;
 }
@@ -1088,14 +1102,9 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
 template <int MT, int NT, int SPLIT, int KH, int KW>
 void launch_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* bias, torch::Tensor& y,
                 const MmaShape& s, int N, size_t smem, cudaStream_t stream) {
-  auto kernel = ct2d_mma<MT, NT, SPLIT, KH, KW>;
-  static bool configured = false;  // once per instantiation, not on every call
-  if (!configured) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-    configured = true;
-  }
+  allow_smem<ct2d_mma<MT, NT, SPLIT, KH, KW>>(220 * 1024);
   dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
-  kernel<<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), wm.data_ptr<float>(), bias, y.data_ptr<float>(), s);
+  ct2d_mma<MT, NT, SPLIT, KH, KW><<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), wm.data_ptr<float>(), bias, y.data_ptr<float>(), s);
 }
 
 template <int MT, int NT, int SPLIT>
@@ -1250,21 +1259,14 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (!smem) return false;
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   if (gx >= (int64_t(1) << 31)) return false;
-  static bool configured[2] = {false, false};  // once per kernel, not on every call
-  if (!configured[spec]) {
-    C10_CUDA_CHECK(spec ? cudaFuncSetAttribute(ct2d_wgs, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax)
-                        : cudaFuncSetAttribute(ct2d_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemMax));
-    configured[spec] = true;
-  }
   if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
-    int dev = 0, sms = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&dev));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t items = gx * N;
     if (items >= (int64_t(1) << 31)) return false;
-    ct2d_wgs<<<(int)std::min<int64_t>(items, sms), WGS_THREADS, smem, stream>>>(
+    allow_smem<ct2d_wgs>(kWgSmemMax);
+    ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(
         x.data_ptr<float>(), wg.data_ptr<float>(), b, y.data_ptr<float>(), s, (int)gx, (int)items);
   } else {
+    allow_smem<ct2d_wg>(kWgSmemMax);
     ct2d_wg<<<dim3(gx, N), WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(), b,
                                                        y.data_ptr<float>(), s);
   }
