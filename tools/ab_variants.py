@@ -8,8 +8,8 @@ its rel L2 error against PyTorch with TF32 off is printed next to it.
 A variant is `base` (the file as it is), `NAME=PATH` (another copy of fast.cu, e.g. from
 `git show REV:solutions/conv_transpose2d/_shared/fast.cu`) or `NAME=OLD@@NEW` (base with the exact
 string OLD replaced by NEW; it must occur). --configs: the `config` values to run each variant
-with (see fast.cu). The weights are the fast solution's, packed once; split 3 (fp32 class) on the
-phase path, as the `fast` solution runs it there.
+with (see fast.cu). Each call is the `fast` solution's own forward (weights packed once) with
+the variant's extension swapped in.
 """
 import os
 import sys
@@ -68,11 +68,7 @@ def main(argv):
         inputs = make_inputs(mod, 1, "cuda")
         sol = [s for s in solutions.for_problem(problem) if s.name == "fast"][0]
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
-        c = model.conv_transpose2d
-        packed, frag, mma, wgm = model._packed_weights()
-        (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
-        (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        split = 1 if sh == sw == 1 and c.groups == 1 else 3
+        fast_module = sys.modules[type(model).forward.__module__]  # ct2d_fast: its forward calls _ext
         with torch.no_grad():
             torch.backends.cudnn.allow_tf32 = False
             truth = ref(*inputs).double()
@@ -80,9 +76,9 @@ def main(argv):
             times, rel, skipped = {}, {}, []
             for rep in range(4):
                 for name, cfg in runs:
-                    def f(name=name, cfg=cfg):
-                        return exts[name].conv_transpose2d_fast(inputs[0], packed, frag, mma, wgm, c.bias, c.out_channels,
-                                                                kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, split, cfg)
+                    def f(name=name, cfg=cfg):  # the solution's own forward, on this variant's build
+                        fast_module._ext, model.config = exts[name], cfg
+                        return model(*inputs)
                     if rep == 0:
                         try:
                             rel[(name, cfg)] = float((f().double() - truth).norm() / truth.norm())
