@@ -4,9 +4,10 @@
 //    tensor cores with mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels,
 //    K = Cin * KH * KW,
 //        y[co, oh, ow] = sum_{ci, kh, kw} w[ci, co, kh, kw] * x[ci, oh + pad_h - kh*dil_h, ow + pad_w - kw*dil_w].
-//    For each chunk of 8 input channels a block stages the input tile WITH its halo and the
-//    chunk's weights for all taps in shared memory (cp.async, 2-3 stages), so every loaded input
-//    value feeds all KH*KW taps; both MMA operands are read with ldmatrix. SPLIT = 1: TF32-class
+//    For each chunk of 8 input channels a block stages the input tile WITH its halo (as it lies
+//    in the NCHW input, 16-byte copies where rows are aligned) and the chunk's weights for all
+//    taps in shared memory (cp.async, 2-3 stages), so every loaded input value feeds all KH*KW
+//    taps; B fragments are conflict-free 4-byte shared loads, A fragments ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
 //    On Hopper (sm_90a builds) the TF32 class with more than 32 output channels runs 3. instead.
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): fp32 class.
@@ -67,13 +68,17 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
+// 16 bytes, of which the first `bytes` (0 or 16) are read and the rest zero-filled
+__device__ __forceinline__ void cp_async16z(uint32_t dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_0() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 constexpr int KC = 8;        // input channels per pipeline stage (the MMA's K)
 constexpr int THREADS = 256; // 8 warps
-constexpr int MAXC = 5;      // staged input columns per thread: slot + 32 j, j < MAXC
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -84,18 +89,23 @@ __device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
 struct MmaShape {
   int Cin, Hin, Win, Cout, Hout, Wout, pad_h, pad_w, dil_h, dil_w;
   int TW, TR, tiles_w, co_blocks;  // output tile: TR rows x TW columns, for BM channels
-  int rows, need, ncol, rowlen;    // staged input rows, columns needed, 32-column groups, row stride (= 32 ncol)
+  int rows, rowlen, plane;         // staged input rows; row and channel-plane strides (floats)
+  int vec, units;                  // copy unit: 4 columns (16 bytes) or 1; units per staged row
   int stages, chunks;              // cp.async pipeline depth; Cin padded to 8 / 8
 };
 
 // Implicit GEMM per image: D[co][pixel] = sum_{ci,kh,kw} W[co][ci,kh,kw] * X[ci,kh,kw][pixel].
 // Block: BM = 16*MT output channels x (8 warps * NT*8) pixels; a warp owns NT*8 consecutive
 // pixels of one output row and all BM channels, i.e. MT x NT m16n8k8 tiles.
-// Shared memory per stage: the input tile with its halo as [row][col][8 channels], then the
-// chunk's weights as [tap][co][8 channels]. In both, the two 4-channel halves of a 32-byte row
-// are swapped when bit 2 of the row index is set, so any 8 consecutive rows are one
-// conflict-free ldmatrix phase (also at the odd pixel offsets the taps start at). Both operands
-// are fetched with ldmatrix.x4: MT + NT/2 instructions feed MT*NT MMAs per tap.
+// Shared memory per stage: the input tile with its halo as it lies in the NCHW input,
+// [8 channels][row][col] (channel planes s.plane floats apart, s.plane % 32 == 8), then the
+// chunk's weights as [tap][co][8 channels], the two 4-channel halves of a 32-byte row swapped
+// when bit 2 of co is set. The input is copied 16 bytes (4 columns) at a time where the width
+// allows (s.vec: the staged columns start at a multiple of 4, m = iw_base & 3 columns
+// before the tile's first), else 4 bytes at a time; either way a warp copies whole row segments,
+// coalesced. A B fragment (k = t, t + 4; pixel g) is two 4-byte shared loads at channel-plane
+// offsets t and t + 4 and column g: banks 8 t + g, conflict-free at any pixel offset a tap starts
+// at. A (the weights) is fetched with ldmatrix.x4. Per tap: MT ldmatrix + 2 NT loads, MT*NT MMAs.
 // Weights arrive packed as wm[chunk][tap][co][8] (input channels innermost, zero-padded to a
 // multiple of 8): TF32-rounded for SPLIT = 1; exact for SPLIT = 3, which splits both operands
 // into hi + lo TF32 parts and runs a_hi*b_hi + a_hi*b_lo + a_lo*b_hi with per-chunk accumulators.
@@ -107,7 +117,7 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
   constexpr int TAPS = KH * KW;
   constexpr int WS_SIZE = TAPS * BM * KC;
   extern __shared__ __align__(16) float smem[];
-  const int xs_size = s.rows * s.rowlen * KC;
+  const int xs_size = s.plane * KC;
   const uint32_t stage_bytes = (xs_size + WS_SIZE) * 4;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
@@ -121,39 +131,48 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
   const float* xn = x + (int64_t)n * s.Cin * s.Hin * s.Win;
   const int hw = s.Hin * s.Win;
 
-  // Input staging: thread (channel k_ld = tid & 7 of the chunk, slot = tid >> 3) copies columns
-  // slot + 32 j of every staged row. Per block: the clamped input column of each and whether it
-  // is inside the image; per element then only a row pointer add and a zero-fill size.
-  const int k_ld = tid & 7, slot = tid >> 3;
-  // col_in bit j: column slot + 32 j is inside the image (else zero-filled); bit 8 + j: it is
-  // copied at all. Columns at or past need are never read by ldmatrix (the last tap window ends
-  // at need - 1), so they are skipped.
-  int col_off[MAXC];
-  uint32_t col_in = 0;
-#pragma unroll
-  for (int j = 0; j < MAXC; ++j) {
-    const int iw = iw_base + slot + 32 * j;
-    const bool ok = slot + 32 * j < s.need && iw >= 0 && iw < s.Win;
-    col_off[j] = ok ? iw : 0;
-    col_in |= (ok ? 1u : 0u) << j | (slot + 32 * j < s.need ? 1u : 0u) << (8 + j);
+  // Input staging: copy item (channel ck of the chunk, staged row r, unit u), unit u = columns
+  // [V u, V u + V) of the staged row. The per-block table tab[r * units + u] holds the unit's
+  // input offset ih * Win + iw (-1: outside the image, zero-filled) and its shared-memory offset
+  // (r * rowlen + V u) * 4 bytes; the thread's items advance by THREADS with a counter (no division).
+  const int m = s.vec ? (iw_base & 3) : 0;  // staged column 0 is input column iw_base - m
+  const int RG = s.rows * s.units;
+  int2* tab = reinterpret_cast<int2*>(smem + s.stages * (xs_size + WS_SIZE));
+  for (int i = tid; i < RG; i += THREADS) {
+    const int r = i / s.units, u = i - r * s.units;
+    const int ih = ih_base + r, iw = iw_base - m + (s.vec ? 4 * u : u);
+    const bool ok = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;  // vec: Win % 4 == 0, iw % 4 == 0
+    tab[i] = make_int2(ok ? ih * s.Win + iw : -1, (r * s.rowlen + (s.vec ? 4 * u : u)) * 4);
   }
-  const uint32_t x_dst = (slot * KC + (k_ld ^ (slot & 4))) * 4;  // + j * 32 * KC * 4
-  const uint32_t row_bytes = s.rowlen * KC * 4;
+  __syncthreads();
+  // the thread's first item and its steps; offsets kept as running sums (32-bit: the host
+  // checks that KC * Hin * Win fits)
+  const int ck0 = tid / RG, rg0 = tid - ck0 * RG;
+  const int step_ck = THREADS / RG, step_rg = THREADS - step_ck * RG;
   auto load_chunk = [&](int chunk, int stage) {
     const uint32_t xs_s = smem_base + stage * stage_bytes;
-    const int ci = chunk * KC + k_ld;
-    const bool ci_ok = ci < s.Cin;
-    const float* xc = xn + (int64_t)(ci_ok ? ci : 0) * hw;
-    for (int r = 0; r < s.rows; ++r) {
-      const int ih = ih_base + r;
-      const bool row_ok = ci_ok && ih >= 0 && ih < s.Hin;
-      const float* xr = xc + (row_ok ? ih : 0) * s.Win;
-      const uint32_t in = row_ok ? col_in : col_in & 0xff00u;
-      const uint32_t dr = xs_s + r * row_bytes + x_dst;
-#pragma unroll
-      for (int j = 0; j < MAXC; ++j)
-        if ((in >> (8 + j)) & 1) cp_async4(dr + j * 32 * KC * 4, xr + col_off[j], ((in >> j) & 1) * 4);
-    }
+    const float* xc = xn + (int64_t)chunk * KC * hw;
+    const int cvalid = min(KC, s.Cin - chunk * KC);  // channels of this chunk inside Cin
+    int ck = ck0, rg = rg0;
+    uint32_t src = ck0 * hw;  // wraps harmlessly after the thread's last copy
+    uint32_t dst = xs_s + ck0 * s.plane * 4;
+    auto copies = [&](auto bytes) {
+      constexpr uint32_t B = decltype(bytes)::value;
+#pragma unroll 2
+      while (ck < KC) {
+        const int2 e = tab[rg];
+        const bool ok = e.x >= 0 && ck < cvalid;
+        if constexpr (B == 16) cp_async16z(dst + e.y, xc + (ok ? src + e.x : 0u), ok ? 16u : 0u);
+        else cp_async4(dst + e.y, xc + (ok ? src + e.x : 0u), ok ? 4u : 0u);
+        ck += step_ck;
+        src += step_ck * hw;
+        dst += step_ck * s.plane * 4;
+        rg += step_rg;
+        if (rg >= RG) rg -= RG, ++ck, src += hw, dst += s.plane * 4;
+      }
+    };
+    if (s.vec) copies(std::integral_constant<uint32_t, 16>{});
+    else copies(std::integral_constant<uint32_t, 4>{});
     // weights [tap][co][8]: 16-byte halves, swapped when bit 2 of co is set
     const uint32_t ws_s = xs_s + xs_size * 4;
     const float* wsrc = wm + ((int64_t)chunk * TAPS * s.Cout + co0) * KC;
@@ -183,10 +202,9 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 
   // ldmatrix lane addresses (bytes). A: sub-matrix lane>>3 = (co half, k half) = (bit 0, bit 1).
   const uint32_t a_lane = (((lane & 7) + ((lane >> 3) & 1) * 8) * KC + (((lane >> 4) ^ (lane >> 2)) & 1) * 4) * 4;
-  // B: sub-matrix lane>>3 = (k half, n-tile of the pair) = (bit 0, bit 1)
-  const int b_khalf = (lane >> 3) & 1;
-  const uint32_t b_lane = ((wr * s.rowlen + col0 + (lane & 7) + (lane >> 4) * 8) * KC) * 4;
-  const uint32_t rowstep = s.dil_h * s.rowlen * KC * 4;
+  // B: lane (g, t) reads channel planes t and t + 4 at the warp's row and column col0 + g
+  const float* xs_lane = smem + t * s.plane + wr * s.rowlen + col0 + g + m;
+  const int rowstep = s.dil_h * s.rowlen, khalf = 4 * s.plane;
 
   const int S = s.stages, chunks = s.chunks;
   for (int c = 0; c < S - 1; ++c) {
@@ -204,8 +222,8 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
     const int cur = stage;
     stage = stage + 1 == S ? 0 : stage + 1;
     if (!active) continue;
-    const uint32_t xs_s = smem_base + cur * stage_bytes;
-    const uint32_t ws_s = xs_s + xs_size * 4;
+    const uint32_t ws_s = smem_base + cur * stage_bytes + xs_size * 4;
+    const float* xs_c = xs_lane + cur * (xs_size + WS_SIZE);
     if constexpr (SPLIT == 3) {
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -219,22 +237,22 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
       constexpr bool FULL = decltype(full)::value;
 #pragma unroll 1
       for (int kh = 0; kh < KH; ++kh) {
-        const uint32_t xrow = xs_s + b_lane + (KH - 1 - kh) * rowstep;
+        const float* xrow = xs_c + (KH - 1 - kh) * rowstep;
         const uint32_t wrow = ws_s + a_lane + kh * KW * BM * KC * 4;
 #pragma unroll
         for (int kw = 0; kw < KW; ++kw) {
-          const int shift = (KW - 1 - kw) * s.dil_w;
-          const uint32_t swz = ((((lane & 7) + shift) >> 2) ^ b_khalf) & 1;  // bit 2 of the pixel
-          const uint32_t xb = xrow + shift * KC * 4 + swz * 16;
+          const float* xb = xrow + (KW - 1 - kw) * s.dil_w;
           uint32_t a[MT][4], b[NT][2];
 #pragma unroll
           for (int i = 0; i < MT; ++i) ldsm_x4(a[i], wrow + (kw * BM + i * 16) * KC * 4);
 #pragma unroll
           for (int jp = 0; jp < NT / 2; ++jp) {
             if (FULL || jp < pairs) {
-              uint32_t r[4];
-              ldsm_x4(r, xb + jp * 16 * KC * 4);
-              b[2 * jp][0] = r[0]; b[2 * jp][1] = r[1]; b[2 * jp + 1][0] = r[2]; b[2 * jp + 1][1] = r[3];
+#pragma unroll
+              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+                b[j][0] = __float_as_uint(xb[8 * j]);
+                b[j][1] = __float_as_uint(xb[8 * j + khalf]);
+              }
             }
           }
           if constexpr (SPLIT == 3) {
@@ -1153,16 +1171,22 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   s.TR = (THREADS / 32) * seg / s.TW;
   s.tiles_w = (Wout + s.TW - 1) / s.TW;
   s.rows = s.TR + (KH - 1) * dil_h;
-  s.need = s.TW + (KW - 1) * dil_w;
-  s.ncol = (s.need + 31) / 32;
-  if (s.ncol > MAXC) return false;
-  s.rowlen = 32 * s.ncol;
+  // staged columns: the tile's last tap window ends need - 1 columns after its first column; with
+  // 16-byte copies (rows 16-byte aligned) the staging starts up to 3 columns earlier
+  if ((int64_t)KC * Hin * Win >= (int64_t(1) << 31)) return false;  // 32-bit staging offsets
+  const int64_t need = s.TW + (KW - 1) * dil_w;
+  s.vec = Win % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+  s.units = s.vec ? (need + 3 + 3) / 4 : need;
+  s.rowlen = s.vec ? 4 * s.units : need;
+  const int64_t tile = (int64_t)s.rows * s.rowlen;
+  s.plane = tile + ((8 - tile) % 32 + 32) % 32;  // plane % 32 == 8: conflict-free B loads
   s.chunks = chunks;
-  const size_t stage = ((size_t)s.rows * s.rowlen * KC + (size_t)KH * KW * 16 * mt * KC) * sizeof(float);
+  const size_t stage = ((size_t)s.plane * KC + (size_t)KH * KW * 16 * mt * KC) * sizeof(float);
+  const size_t tab = (size_t)s.rows * s.units * sizeof(int2);
   const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
-  s.stages = 3 * stage <= per_block ? 3 : 2;
-  if (s.stages * stage > per_block) return false;
-  const size_t smem = s.stages * stage;
+  s.stages = 3 * stage + tab <= per_block ? 3 : 2;
+  if (s.stages * stage + tab > per_block) return false;
+  const size_t smem = s.stages * stage + tab;
   if (split == 3) {
     if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
     return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
