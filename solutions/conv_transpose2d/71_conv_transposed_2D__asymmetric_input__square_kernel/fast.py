@@ -1,5 +1,6 @@
-"""Fast kernels (../_shared/fast.cu): TF32 tensor-core implicit GEMM for stride 1, the exact-fp32
-phase kernel for strided, grouped or small shapes. Loaded by ../_shared/ct2d_fast.py."""
+"""Fast kernels (../_shared/fast.cu), TF32 class: the tensor-core implicit GEMM for stride 1 and the
+phase kernel's TF32 tensor-core variant for strided, grouped or small shapes (fp32 FMAs where that
+does not fit). Loaded by ../_shared/ct2d_fast.py."""
 import sys
 from pathlib import Path
 

@@ -64,9 +64,10 @@ def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 class FastConvTranspose2d(ConvTranspose2dParams):
-    """split=1: TF32 tensor cores where the implicit GEMM applies (stride 1, groups 1), TF32-class
-    results; split=3: 3xTF32 there, fp32-class results. Other shapes run the phase kernel either
-    way (3xTF32 tensor cores, or fp32 FMAs where that does not fit), fp32-class results."""
+    """split=1: TF32 tensor cores, TF32-class results: the implicit GEMM where it applies (stride 1,
+    groups 1), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
+    fp32-class results. Where the phase kernel's tensor-core variant does not fit in shared memory,
+    it runs on fp32 FMAs (fp32 class) either way."""
 
     split = 1
     config = 0  # kernel: 0 = chosen from the shapes (1..8 force one, for tuning runs; see fast.cu)
@@ -82,7 +83,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
         - (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4) for its tensor-core
           variant: per 16 output x 8 input channels and tap, the m16n8k8 A fragments of the 32
-          lanes, as TF32 hi and lo parts (3xTF32);
+          lanes, as TF32 hi and lo parts (3xTF32; the TF32 variant stages hi only);
         - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
           mma.sync tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact
           for split 3;

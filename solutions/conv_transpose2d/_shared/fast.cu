@@ -520,6 +520,31 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
   }
   const int p = p0 + 2 * t;
   int r = p / s.rowlen, c = p - r * s.rowlen;  // flat pixel p0 + 8 i + 2 t
+  if (s.TW % 2 == 0 && s.rowlen % 2 == 0 && s.Wout % 2 == 0 && s.rowlen >= 8) {
+    // pairs (c even) never straddle a row and are 8-byte aligned, and a pair is inside the tile
+    // and the output iff its first pixel is (cmax is even); c moves by 8 and wraps at most once:
+    // branch-free offset and bounds updates, one float2 store per pair and channel row
+    const int rmax = min(s.TR, s.Hout - b.oh0), cmax = min(s.TW, s.Wout - b.ow0);
+    int off = (b.oh0 + r) * s.Wout + b.ow0 + c;  // within a channel plane (< 2^31, checked on the host)
+    const int wrap_off = s.Wout - s.rowlen;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      if (c < cmax && r < rmax) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (yrow[h] != nullptr)
+            __stcs(reinterpret_cast<float2*>(yrow[h] + off),
+                   make_float2(acc[4 * i + 2 * h] + bv[h], acc[4 * i + 2 * h + 1] + bv[h]));
+      }
+      c += 8;
+      off += 8;
+      const bool wrap = c >= s.rowlen;
+      c -= wrap ? s.rowlen : 0;
+      r += wrap;
+      off += wrap ? wrap_off : 0;
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int oh = b.oh0 + r, ow = b.ow0 + c;
@@ -729,8 +754,8 @@ struct PhaseShape {
 
 // Shared-memory floats of the phase kernel's weights (for khn valid kh; TC: hi and lo parts) and of
 // its staged input rows, each rounded up to 16 bytes; the host sizes the allocation with them.
-__host__ __device__ __forceinline__ int phase_w_floats(const PhaseShape& s, int khn, bool tc) {
-  return (s.cot * khn * s.KW * s.cip * (tc ? 2 : 1) + 3) & ~3;
+__host__ __device__ __forceinline__ int phase_w_floats(const PhaseShape& s, int khn, int tc) {
+  return (s.cot * khn * s.KW * s.cip * (tc == 3 ? 2 : 1) + 3) & ~3;
 }
 __host__ __device__ __forceinline__ int phase_xs_floats(const PhaseShape& s) {
   return (s.khn_max * s.ncol * s.cips + 3) & ~3;
@@ -760,12 +785,14 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 // registers) and the MMAs a_lo*b_hi + a_hi*b_lo + a_hi*b_hi. Weights arrive as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4]; input channels are padded to 8.
 // MINB: blocks per SM the registers are limited for (the host sizes the shared memory to match).
-template <int P, int CT, bool TC, int MINB>
+template <int P, int CT, int TC, int MINB>
 __global__ void __launch_bounds__(PHASE_THREADS, MINB)
     ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
                float* __restrict__ y, const PhaseShape s) {
+  static_assert(TC == 0 || TC == 1 || TC == 3, "TC: 0 (CUDA cores), 1 (TF32) or 3 (3xTF32)");
   static_assert(!TC || CT == 16, "the tensor-core variant takes 16 channels per warp task");
   constexpr int PXB = TC ? 8 * P : 32 * P;  // pixels per warp task
+  constexpr int WU = TC == 3 ? 256 : 128;   // staged weight floats per (cb, kh_a, kw, ci / 8): hi (+ lo)
   extern __shared__ __align__(16) float phase_smem[];
   __shared__ int kh_sel[kMaxTaps], ih_first[kMaxTaps];  // valid kh; input row of each for the first row
   // per column phase rw: its valid kw are kw_sel[kw_first[rw] + q], q < kw_count[rw] (each kw is
@@ -891,18 +918,18 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
     const int ks_n = s.cip / 8, nsteps = s.KW * khn * ks_n;  // each kw is in exactly one phase
     for (int e = tid; e < nsteps; e += PHASE_THREADS) {
       const int ks = e % ks_n, a = (e / ks_n) % khn, ee = e / (ks_n * khn);
-      steps[e] = make_int2((a * s.ncol + kw_d[ee]) * s.cips + 8 * ks, ((a * s.KW + kw_sel[ee]) * ks_n + ks) * 256);
+      steps[e] = make_int2((a * s.ncol + kw_d[ee]) * s.cips + 8 * ks, ((a * s.KW + kw_sel[ee]) * ks_n + ks) * WU);
     }
   }
-  if constexpr (TC) {  // fragment-ordered weights of the valid taps: 1 KB units (cb, kh_a, kw, ci / 8)
+  if constexpr (TC) {  // fragment-ordered weights of the valid taps: units (cb, kh_a, kw, ci / 8) of hi (+ lo)
     const int ks_n = s.cip / 8, nunit = ncb * khn * s.KW * ks_n;
     for (int o = warp; o < nunit; o += PHASE_THREADS / 32) {
       const int ks = o % ks_n, kw = (o / ks_n) % s.KW, a = (o / (ks_n * s.KW)) % khn, cb = o / (ks_n * s.KW * khn);
       const int cbg = cog0 / 16 + cb;
       const float4* src = reinterpret_cast<const float4*>(
           wp + ((((int64_t)grp * s.cbg + cbg) * s.KH + kh_sel[a]) * s.KW * ks_n + kw * ks_n + ks) * 256);
-      float4* dst = reinterpret_cast<float4*>(wsm + o * 256);
-      for (int e = lane; e < 64; e += 32) dst[e] = cbg < s.cbg ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+      float4* dst = reinterpret_cast<float4*>(wsm + o * WU);
+      for (int e = lane; e < WU / 4; e += 32) dst[e] = cbg < s.cbg ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   } else {  // weights of the valid taps: outer (cb, kh_a, kw) per warp, inner (ci, c) per lane
     const int inner = s.cip * CT, nouter = ncb * khn * s.KW;
@@ -941,12 +968,22 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
         const int ks_n = s.cip / 8, nst = kw_count[rw] * khn * ks_n;
         const int2* stp = steps + kw_first[rw] * khn * ks_n;
         const float* xb = xs + (j0 + g) * s.cips + t;
-        const float* wb = wsm + cb * khn * s.KW * ks_n * 256 + lane * 4;
+        const float* wb = wsm + cb * khn * s.KW * ks_n * WU + lane * 4;
 #pragma unroll 2
         for (int st = 0; st < nst; ++st) {
           const int2 o = stp[st];
           const float* xp = xb + o.x;
           const float4 h4 = *reinterpret_cast<const float4*>(wb + o.y);
+          if constexpr (TC == 1) {  // TF32: rounded weights, the input's raw bits (the MMA truncates them)
+            const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
+                                    __float_as_uint(h4.w)};
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+              const uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+              mma_tf32(acc[p], ah, bh);
+            }
+            continue;
+          }
           const float4 l4 = *reinterpret_cast<const float4*>(wb + o.y + 128);
           const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
                                   __float_as_uint(h4.w)};
@@ -1070,7 +1107,7 @@ int phase_tile_stride(const PhaseShape& s) {
 
 // Launches the phase kernel (TC: its tensor-core variant, wp then holds the fragment-ordered
 // weights). Returns false where its shared memory does not fit.
-template <int P, int CT, bool TC, int MINB>
+template <int P, int CT, int TC, int MINB>
 bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
                   PhaseShape s, cudaStream_t stream) {
   constexpr int PXB = TC ? 8 * P : 32 * P;
@@ -1096,8 +1133,6 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
       } else return false;
     }
   };
-  // two blocks per SM (228 KB; 1 KB reserved and under 1 KB of static tables per block) where
-  // that fits, else one
   // MINB blocks per SM where that fits (228 KB per SM; 1 KB reserved and under 1 KB of static
   // tables per block), else two, else one
   if (!(MINB > 2 && fit((228 * 1024) / MINB - 2048)) && !fit(112 * 1024) && !fit(220 * 1024)) return false;
@@ -1283,6 +1318,7 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (!smem) return false;
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   if (gx >= (int64_t(1) << 31)) return false;
+  if ((Hout + 2 * s.TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return false;  // 32-bit offsets in a channel plane
   if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
     const int64_t items = gx * N;
     if (items >= (int64_t(1) << 31)) return false;
@@ -1376,9 +1412,17 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   }
   // config 0 (and 4..6): the tensor-core variant where its shared memory fits, else the CUDA-core
   // one with (P, CT) pixels x channels per thread chosen here; 1..3 force (4, 8), (2, 8), (1, 4)
-  int cfg = config >= 4 ? 0 : config;  // 7: the tensor-core variant sized for two blocks per SM
-  if (cfg == 0 && wt.numel() > 0 && (config == 7 ? launch_phase<4, 16, true, 2>(x, wt, b, y, s, stream)
-                                            : launch_phase<4, 16, true, 3>(x, wt, b, y, s, stream))) {
+  // tensor-core variant: TF32 for split 1, 3xTF32 for split 3; config 7 sizes it for two blocks per
+  // SM, 8 for four (tuning hooks), else three
+  int cfg = config >= 4 ? 0 : config;
+  auto launch_tc = [&](auto tc) {
+    constexpr int TC = decltype(tc)::value;
+    return config == 7   ? launch_phase<4, 16, TC, 2>(x, wt, b, y, s, stream)
+           : config == 8 ? launch_phase<4, 16, TC, 4>(x, wt, b, y, s, stream)
+                         : launch_phase<4, 16, TC, 3>(x, wt, b, y, s, stream);
+  };
+  if (cfg == 0 && wt.numel() > 0 &&
+      (split == 1 ? launch_tc(std::integral_constant<int, 1>{}) : launch_tc(std::integral_constant<int, 3>{}))) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
   }
@@ -1389,9 +1433,9 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     else cfg = 2;
   }
   TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..8");
-  const bool fits = cfg == 1   ? launch_phase<4, 8, false, 2>(x, wp, b, y, s, stream)
-                    : cfg == 2 ? launch_phase<2, 8, false, 2>(x, wp, b, y, s, stream)
-                               : launch_phase<1, 4, false, 2>(x, wp, b, y, s, stream);
+  const bool fits = cfg == 1   ? launch_phase<4, 8, 0, 2>(x, wp, b, y, s, stream)
+                    : cfg == 2 ? launch_phase<2, 8, 0, 2>(x, wp, b, y, s, stream)
+                               : launch_phase<1, 4, 0, 2>(x, wp, b, y, s, stream);
   TORCH_CHECK(fits, "fast phase kernel: too many input channels per group or kernel taps for shared memory "
                     "(use the direct solution)");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
