@@ -10,16 +10,17 @@
 //    taps; B fragments are conflict-free 4-byte shared loads, A fragments ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
 //    On Hopper (sm_90a builds) the TF32 class with more than 32 output channels runs 3. instead.
-// 2. ct2d_phase (everything else, e.g. strided, grouped, dilated): fp32 class.
+// 2. ct2d_phase (everything else, e.g. strided, grouped, dilated).
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
 //    strided transposed convolution inserts, and rows with no valid tap are pure bias/zero
 //    writes. A block takes rows of one residue mod stride_h (one tap set), stages their input
 //    rows channels-innermost with cp.async, computes register tiles of P pixels x CT channels per
 //    thread, and writes every output element once, coalesced, with streaming stores: these
-//    problems are bound by writing the output. The products run on the tensor cores as 3xTF32
-//    mma.sync (TC variant, three blocks per SM where they fit; config 7: two), else as exact fp32
-//    FMAs on the CUDA cores (config 1..3 force that variant's tilings).
+//    problems are bound by writing the output. The products run on the tensor cores (TC variant,
+//    three blocks per SM where they fit; config 7: two, 8: four) as TF32 mma.sync for SPLIT = 1
+//    (TF32 class) or 3xTF32 for SPLIT = 3 (fp32 class), else as exact fp32 FMAs on the CUDA cores
+//    (config 1..3 force that variant's tilings).
 //
 // Weights arrive pre-packed (by the Python side, once per weight version) as
 // wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel (CUDA cores), as
@@ -778,11 +779,12 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 //      with streaming stores (+ bias).
 // Rows without any valid kh are pure bias (or zero) stores.
 //
-// TC (tensor cores, CT = 16): step 2 runs on mma.sync m16n8k8 as 3xTF32 (fp32 class): a warp
-// task is (column phase, 8 P pixels, 16 channels), per valid tap and 8 input channels: the A
-// fragments (weights, split into TF32 hi and lo on the host and packed in fragment order, one
-// float4 each per lane), then per 8 pixels the B fragment from the staged input (split in
-// registers) and the MMAs a_lo*b_hi + a_hi*b_lo + a_hi*b_hi. Weights arrive as
+// TC (tensor cores, CT = 16): step 2 runs on mma.sync m16n8k8, as 3xTF32 (TC = 3, fp32 class) or
+// TF32 (TC = 1, TF32 class): a warp task is (column phase, 8 P pixels, 16 channels), per valid tap
+// and 8 input channels: the A fragments (weights, split into TF32 hi and lo on the host and packed
+// in fragment order, one float4 each per lane; TC = 1 stages and reads hi only), then per 8 pixels
+// the B fragment from the staged input and the MMAs: TC = 3 splits it in registers and runs
+// a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, TC = 1 passes its raw bits to one MMA. Weights arrive as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4]; input channels are padded to 8.
 // MINB: blocks per SM the registers are limited for (the host sizes the shared memory to match).
 template <int P, int CT, int TC, int MINB>
@@ -1410,10 +1412,10 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     for (int kh = 0; kh < KH; ++kh) c += pos_mod(r + pad_h - kh * dil_h, stride_h) == 0;
     s.khn_max = std::max(s.khn_max, c);
   }
-  // config 0 (and 4..6): the tensor-core variant where its shared memory fits, else the CUDA-core
-  // one with (P, CT) pixels x channels per thread chosen here; 1..3 force (4, 8), (2, 8), (1, 4)
-  // tensor-core variant: TF32 for split 1, 3xTF32 for split 3; config 7 sizes it for two blocks per
-  // SM, 8 for four (tuning hooks), else three
+  // config 0 (and 4..8): the tensor-core variant where its shared memory fits (TF32 for split 1,
+  // 3xTF32 for split 3; sized for three blocks per SM, or two with config 7 and four with 8, which
+  // are tuning hooks), else the CUDA-core one with (P, CT) pixels x channels per thread chosen
+  // here; 1..3 force (4, 8), (2, 8), (1, 4)
   int cfg = config >= 4 ? 0 : config;
   auto launch_tc = [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
