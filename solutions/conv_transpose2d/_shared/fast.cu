@@ -362,6 +362,7 @@ struct WgShape {
   int tiles_w, co_blocks, co8, chunks, stages;
   int cwn;                         // consumers on different 64-channel halves (2) or pixel halves (1)
   int wbytes, stage_bytes, tab_bytes;  // per stage: weights (64 cwn channels max), whole stage; offset table
+  int epi_vec;                     // epilogue through shared memory (wg_epilogue_smem) with 4- or 2-float stores, 0: direct
 };
 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -573,6 +574,73 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
   }
 }
 
+// The wgmma kernels' epilogue through shared memory (s.epi_vec = VEC): each consumer warp moves its
+// 16 channel rows x 256 pixels in four pieces of 64 pixels through its own 16 x 72-float buffer in
+// a stage that every MMA has finished reading (ct2d_wgs: the item's last; ct2d_wg: the first). The fragments go in with 8-byte
+// stores (rows 8 mod 32 floats apart: conflict-free); each warp store then writes VEC-float
+// vectors of 64 / VEC consecutive flat pixels of one channel (32 / VEC lanes per channel row), so
+// one store instruction touches 2-3 contiguous output runs instead of 8 channel rows. VEC = 4 needs
+// TW, rowlen and Wout multiples of 4 (no vector straddles a row, all 16-byte aligned), VEC = 2 even.
+constexpr int WGE_LD = 72;                           // buffer row stride, floats
+constexpr int WGE_WARP_BYTES = 16 * WGE_LD * 4;      // one consumer warp's buffer
+__device__ __forceinline__ void st_shared_f2(uint32_t a, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+template <int VEC>
+__device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock& b, const float (&acc)[128],
+                                                 const float* __restrict__ bias, float* __restrict__ y, int tid,
+                                                 int co_w, int p0, uint32_t buf) {
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int co_base = b.co0 + co_w + 16 * warp;
+  const int nrows = min(16, s.Cout - co_base);  // rows of real channels (may be <= 0)
+  float bv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int co = co_base + g + 8 * h;
+    bv[h] = (bias && co < s.Cout) ? bias[co] : 0.f;
+  }
+  constexpr int LPR = 64 / VEC;            // lanes per channel row
+  constexpr int RPI = 32 / LPR;            // channel rows per store instruction
+  const int sub = lane / LPR, px = VEC * (lane % LPR);
+  const int64_t plane = (int64_t)s.Hout * s.Wout;
+  const int rmax = min(s.TR, s.Hout - b.oh0), cmax = min(s.TW, s.Wout - b.ow0);
+  float* yc = y + ((int64_t)b.n * s.Cout + co_base + sub) * plane + (int64_t)b.oh0 * s.Wout + b.ow0;
+  const uint32_t rd = buf + (sub * WGE_LD + px) * 4;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int ii = 0; ii < 8; ++ii) {
+      const int i = 8 * k + ii;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_shared_f2(buf + ((g + 8 * h) * WGE_LD + 8 * ii + 2 * t) * 4, acc[4 * i + 2 * h] + bv[h],
+                     acc[4 * i + 2 * h + 1] + bv[h]);
+    }
+    __syncwarp();
+    const int q = p0 + 64 * k + px, r = q / s.rowlen, c = q - r * s.rowlen;
+    if (c < cmax && r < rmax) {
+      float* dst = yc + r * s.Wout + c;
+#pragma unroll
+      for (int it = 0; it < 16 / RPI; ++it) {
+        if (RPI * it + sub < nrows) {
+          const uint32_t a = rd + RPI * it * WGE_LD * 4;
+          if (VEC == 4) {
+            float4 v;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+            __stcs(reinterpret_cast<float4*>(dst + RPI * it * plane), v);
+          } else {
+            float2 v;
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+            __stcs(reinterpret_cast<float2*>(dst + RPI * it * plane), v);
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 // mbarriers (shared::cta): the producer's cp.async copies arrive on "stage full" when they land
 // (cp.async.mbarrier.arrive.noinc, one arrival per producer thread); each consumer warp arrives on
 // "stage free" once the MMAs that read the stage have completed. Waits use the phase parity.
@@ -631,6 +699,7 @@ constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB 
 // keeping one chunk's MMAs in flight while the next chunk's are issued, and release a stage when
 // its MMAs have completed.
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 __global__ void __launch_bounds__(WGS_THREADS, 1)
     ct2d_wgs(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
              float* __restrict__ y, const WgShape s, int gx, int items) {
@@ -690,8 +759,21 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
     }
     wg_wait0();
     pin(acc);
-    if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);  // the item's last chunk
-    wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
+    if (s.epi_vec) {
+      // the last chunk's stage is the epilogue's buffer once both consumers' MMAs have read it; it
+      // is released after the epilogue (the fence orders these generic accesses before the
+      // producer's next copies into it)
+      consumer_sync();
+      const uint32_t buf = base + prev * s.stage_bytes + (4 * w + (tid >> 5)) * WGE_WARP_BYTES;
+      if (s.epi_vec == 4) wg_epilogue_smem<4>(s, b, acc, bias, y, tid, co_w, p0, buf);
+      else wg_epilogue_smem<2>(s, b, acc, bias, y, tid, co_w, p0, buf);
+      fence_proxy_async();
+      __syncwarp();
+      if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
+    } else {
+      if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);  // the item's last chunk
+      wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
+    }
   }
 #endif
 }
@@ -735,7 +817,14 @@ __global__ void __launch_bounds__(WG_THREADS, 3)
     wg_wait0();
     pin(acc);
   }
-  wg_epilogue(s, b, acc, bias, y, tid, 0, 0);
+  if (s.epi_vec) {  // no copies are in flight: stage 0 is the epilogue's buffer once every MMA is done
+    __syncthreads();
+    const uint32_t buf = base + (tid >> 5) * WGE_WARP_BYTES;
+    if (s.epi_vec == 4) wg_epilogue_smem<4>(s, b, acc, bias, y, tid, 0, 0, buf);
+    else wg_epilogue_smem<2>(s, b, acc, bias, y, tid, 0, 0, buf);
+  } else {
+    wg_epilogue(s, b, acc, bias, y, tid, 0, 0);
+  }
 #endif
 }
 #endif  // CT2D_WGMMA
@@ -1249,8 +1338,11 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
   // tile: TW columns (even where the halo is, so pixel pairs stay 8-byte aligned) and TR rows with
   // (TR - 1) * rowlen + TW <= pxb: the most stored pixels per computed one, then the fewest staged
-  int64_t TW = 0, TR = 0;
-  double best = -1e9;
+  // ct2d_wgs where Wout and the halo are multiples of 4: a width that is one too, if it scores
+  // within 0.02 of the best, for its 16-byte epilogue stores (wg_epilogue_smem)
+  const bool vec4 = spec && Wout % 4 == 0 && halo_w % 4 == 0;
+  int64_t TW = 0, TR = 0, TW4 = 0, TR4 = 0;
+  double best = -1e9, best4 = -1e9;
   for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
     const int64_t rowlen = tw + halo_w;
@@ -1260,7 +1352,9 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     const double staged = (double)(pxb + halo_h * rowlen + halo_w) / (double)(tr * tw);
     const double score = eff - 0.01 * staged;
     if (score > best) { best = score; TW = tw; TR = tr; }
+    if (vec4 && tw % 4 == 0 && score > best4) { best4 = score; TW4 = tw; TR4 = tr; }
   }
+  if (vec4 && TW4 && best4 >= best - 0.02) { TW = TW4; TR = TR4; }
   s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout; s.KH = KH; s.KW = KW;
   s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
   s.TW = TW; s.TR = TR; s.rowlen = TW + halo_w;
@@ -1274,6 +1368,10 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   s.wbytes = taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
   s.stage_bytes = (s.wbytes + S * 32 + 127) / 128 * 128;
   s.tab_bytes = (S * 4 + 127) / 128 * 128;
+  if (s.stage_bytes >= (spec ? 8 : 4) * WGE_WARP_BYTES) {  // the consumer warps' epilogue buffers fit in a stage
+    if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0) s.epi_vec = 4;
+    else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0) s.epi_vec = 2;
+  }
   // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
   const size_t slack = spec ? 4096 : 2048;
@@ -1321,6 +1419,9 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   if (gx >= (int64_t(1) << 31)) return false;
   if ((Hout + 2 * s.TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return false;  // 32-bit offsets in a channel plane
+  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
+  if (s.epi_vec == 4 && y_addr % 16 != 0) s.epi_vec = 2;  // vector stores need y aligned to them
+  if (s.epi_vec == 2 && y_addr % 8 != 0) s.epi_vec = 0;
   if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
     const int64_t items = gx * N;
     if (items >= (int64_t(1) << 31)) return false;
