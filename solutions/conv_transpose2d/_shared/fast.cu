@@ -1279,7 +1279,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
     mt = Cout % 64 == 0 ? 4 : 2;
     nt = split == 3 ? (mt == 4 ? 4 : 8) : 8;
   } else {
-    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..6");
+    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..8");
     mt = config == 3 ? 2 : 4;
     nt = config == 1 ? 8 : (config == 2 ? 4 : 8);
   }
