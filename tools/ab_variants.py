@@ -4,12 +4,14 @@ process, interleaved: each variant is built with load_inline (in parallel), then
 its rel L2 error against PyTorch with TF32 off is printed next to it.
 
     PYTHONPATH=. python tools/ab_variants.py 81,75 base other=path/to/fast.cu 'x4=OLD@@NEW' [--configs 0,9]
+        [--solution fast_fp32]
 
 A variant is `base` (the file as it is), `NAME=PATH` (another copy of fast.cu, e.g. from
 `git show REV:solutions/conv_transpose2d/_shared/fast.cu`) or `NAME=OLD@@NEW` (base with the exact
 string OLD replaced by NEW; it must occur). --configs: the `config` values to run each variant
 with (see fast.cu). Each call is the `fast` solution's own forward (weights packed once) with
-the variant's extension swapped in.
+the variant's extension swapped in; --solution names another solution of the problem built on
+ct2d_fast (e.g. fast_fp32).
 """
 import os
 import sys
@@ -40,7 +42,11 @@ def variant_source(spec: str, base: str) -> tuple[str, str]:
 
 
 def main(argv):
-    configs = [0]
+    configs, solution = [0], "fast"
+    if "--solution" in argv:
+        i = argv.index("--solution")
+        solution = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
     if "--configs" in argv:
         i = argv.index("--configs")
         configs = [int(c) for c in argv[i + 1].split(",")]
@@ -66,7 +72,7 @@ def main(argv):
         init = list(mod.get_init_inputs())
         ref = construct(mod.Model, init, 0, "cuda")
         inputs = make_inputs(mod, 1, "cuda")
-        sol = [s for s in solutions.for_problem(problem) if s.name == "fast"][0]
+        sol = [s for s in solutions.for_problem(problem) if s.name == solution][0]
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
         fast_module = sys.modules[type(model).forward.__module__]  # ct2d_fast: its forward calls _ext
         with torch.no_grad():

@@ -12,7 +12,7 @@ _HERE = Path(__file__).resolve().parent
 
 CPP_DECL = """
 torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
-                                    torch::Tensor wg, c10::optional<torch::Tensor> bias,
+                                    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
@@ -63,6 +63,28 @@ def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.stack([hi, _round_tf32(a - hi)], dim=5).contiguous()
 
 
+def _fp16_parts(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor, int]:
+    """Weights for ct2d_wgh (3xFP16, fp32 class): padded is (Cin padded to 8, KH*KW, Cout padded to
+    8). Scaled by 2^e so that the largest magnitude lies in [2^14, 2^15) (e within [-113, 100], as
+    fast.cu's wgh_exp does for x), split as hi = fp16(v), lo = fp16(v - hi), laid out as
+    [co / 64][ci / 16][hi, lo][tap][co % 64 / 8][ci % 16 / 8][co % 8][ci % 8], zero-padded.
+    Returns (parts, e); empty parts where a weight is not finite."""
+    w = padded[:cin, :, :cout].double()
+    if not bool(torch.isfinite(w).all()):
+        return padded.new_empty(0, dtype=torch.float16), 0
+    amax = float(w.abs().max())
+    e = 0 if amax == 0 else min(max(14 - (torch.frexp(torch.tensor(amax)).exponent.item() - 1), -113), 100)
+    taps = padded.shape[1]
+    chunks, cob = (cin + 15) // 16, (cout + 63) // 64
+    a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
+    a[:cin, :, :cout] = w * 2.0 ** e
+    hi = a.to(torch.float16)
+    lo = (a - hi.double()).to(torch.float16)
+    t = torch.stack([hi, lo])  # [hl][ci][tap][co]
+    t = t.view(2, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8
+    return t.permute(5, 1, 0, 4, 6, 2, 7, 3).contiguous(), e
+
+
 class FastConvTranspose2d(ConvTranspose2dParams):
     """split=1: TF32 tensor cores, TF32-class results: the implicit GEMM where it applies (stride 1,
     groups 1), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
@@ -77,7 +99,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         self._packed = None
         self._packed_key = None
 
-    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _packed_weights(self) -> tuple:
         """Weights repacked for the kernels, rebuilt only when the parameter changes (another
         tensor, or an in-place update bumps its version):
         - (Cin, KH*KW, Cout/groups), exact, for the phase kernel;
@@ -89,7 +111,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
           for split 3;
         - (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for the wgmma kernel (split 1,
           stride 1, groups 1, sm_90a builds): per 8 input channels and tap, 8x4 "core matrices"
-          of (8 output channels) x (4 input channels), the shared-memory layout that kernel reads."""
+          of (8 output channels) x (4 input channels), the shared-memory layout that kernel reads;
+        - for split 3 on sm_90a builds (stride 1, groups 1): the scaled fp16 hi and lo parts for
+          the 3xFP16 wgmma kernel and their scale exponent (_fp16_parts)."""
         w = self.conv_transpose2d.weight
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
@@ -98,6 +122,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
             packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
             frag = _phase_fragments(wd, self.conv_transpose2d.groups)
             mma = wgm = wd.new_empty(0)
+            wh, wh_exp = wd.new_empty(0, dtype=torch.float16), 0
             c = self.conv_transpose2d
             if c.groups == 1 and c.stride == (1, 1):
                 chunks, taps, co8 = (cin + 7) // 8, kh * kw, (cout_g + 7) // 8
@@ -109,7 +134,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
                     if WGMMA:  # [chunk][tap][co / 8][ci half][co % 8][ci % 4]
                         wgm = padded.view(chunks, 2, 4, taps, co8, 8).permute(0, 3, 4, 1, 5, 2)
                         wgm = _round_tf32(wgm.contiguous())
-            self._packed = (packed, frag, mma, wgm)
+                elif WGMMA and cout_g > 32:
+                    wh, wh_exp = _fp16_parts(padded, cin, cout_g)
+            self._packed = (packed, frag, mma, wgm, wh, wh_exp)
             self._packed_key = key
         return self._packed
 
@@ -117,9 +144,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         c = self.conv_transpose2d
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        packed, frag, mma, wgm = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, packed, frag, mma, wgm, c.bias, c.out_channels, kh, kw, sh, sw,
-                                          ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
+        packed, frag, mma, wgm, wh, wh_exp = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, packed, frag, mma, wgm, wh, wh_exp, c.bias, c.out_channels, kh, kw,
+                                          sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
 
 
 class FastConvTranspose2dFP32(FastConvTranspose2d):

@@ -1,4 +1,4 @@
-// Fast ConvTranspose2d, fp32 in and out. Three kernels, chosen per call from the shapes:
+// Fast ConvTranspose2d, fp32 in and out. Kernels chosen per call from the shapes:
 //
 // 1. ct2d_mma (stride 1, groups 1, Cout % 32 == 0, kernel 3x3/3x5/3x7): implicit GEMM on the
 //    tensor cores with mma.sync.m16n8k8 TF32. GEMM view per image: M = Cout, N = output pixels,
@@ -9,7 +9,8 @@
 //    taps in shared memory (cp.async, 2-3 stages), so every loaded input value feeds all KH*KW
 //    taps; B fragments are conflict-free 4-byte shared loads, A fragments ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
-//    On Hopper (sm_90a builds) the TF32 class with more than 32 output channels runs 3. instead.
+//    On Hopper (sm_90a builds) more than 32 output channels run 3. (TF32 class) or 4. (fp32 class)
+//    instead (below, with the wgmma kernels).
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated).
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
@@ -26,10 +27,12 @@
 // wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel (CUDA cores), as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4] (m16n8k8 A fragments) for its TC variant, as
 // wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), and as
-// wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels.
+// wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels,
+// and as scaled fp16 hi and lo parts for ct2d_wgh (see there).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include <cuda_fp16.h>
 #include <cstdint>
 #include <type_traits>
 
@@ -381,37 +384,38 @@ __device__ __forceinline__ void pin(float (&d)[128]) {
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// the 128 accumulator registers of an m64n256 wgmma, as asm text and as operands
+#define WG_ACC_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+  " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+  " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+  " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+  " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+  " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+#define WG_ACC_OPERANDS(d) \
+  "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]), "+f"((d)[4]), "+f"((d)[5]), "+f"((d)[6]), "+f"((d)[7]), \
+  "+f"((d)[8]), "+f"((d)[9]), "+f"((d)[10]), "+f"((d)[11]), "+f"((d)[12]), "+f"((d)[13]), "+f"((d)[14]), "+f"((d)[15]), \
+  "+f"((d)[16]), "+f"((d)[17]), "+f"((d)[18]), "+f"((d)[19]), "+f"((d)[20]), "+f"((d)[21]), "+f"((d)[22]), "+f"((d)[23]), \
+  "+f"((d)[24]), "+f"((d)[25]), "+f"((d)[26]), "+f"((d)[27]), "+f"((d)[28]), "+f"((d)[29]), "+f"((d)[30]), "+f"((d)[31]), \
+  "+f"((d)[32]), "+f"((d)[33]), "+f"((d)[34]), "+f"((d)[35]), "+f"((d)[36]), "+f"((d)[37]), "+f"((d)[38]), "+f"((d)[39]), \
+  "+f"((d)[40]), "+f"((d)[41]), "+f"((d)[42]), "+f"((d)[43]), "+f"((d)[44]), "+f"((d)[45]), "+f"((d)[46]), "+f"((d)[47]), \
+  "+f"((d)[48]), "+f"((d)[49]), "+f"((d)[50]), "+f"((d)[51]), "+f"((d)[52]), "+f"((d)[53]), "+f"((d)[54]), "+f"((d)[55]), \
+  "+f"((d)[56]), "+f"((d)[57]), "+f"((d)[58]), "+f"((d)[59]), "+f"((d)[60]), "+f"((d)[61]), "+f"((d)[62]), "+f"((d)[63]), \
+  "+f"((d)[64]), "+f"((d)[65]), "+f"((d)[66]), "+f"((d)[67]), "+f"((d)[68]), "+f"((d)[69]), "+f"((d)[70]), "+f"((d)[71]), \
+  "+f"((d)[72]), "+f"((d)[73]), "+f"((d)[74]), "+f"((d)[75]), "+f"((d)[76]), "+f"((d)[77]), "+f"((d)[78]), "+f"((d)[79]), \
+  "+f"((d)[80]), "+f"((d)[81]), "+f"((d)[82]), "+f"((d)[83]), "+f"((d)[84]), "+f"((d)[85]), "+f"((d)[86]), "+f"((d)[87]), \
+  "+f"((d)[88]), "+f"((d)[89]), "+f"((d)[90]), "+f"((d)[91]), "+f"((d)[92]), "+f"((d)[93]), "+f"((d)[94]), "+f"((d)[95]), \
+  "+f"((d)[96]), "+f"((d)[97]), "+f"((d)[98]), "+f"((d)[99]), "+f"((d)[100]), "+f"((d)[101]), "+f"((d)[102]), "+f"((d)[103]), \
+  "+f"((d)[104]), "+f"((d)[105]), "+f"((d)[106]), "+f"((d)[107]), "+f"((d)[108]), "+f"((d)[109]), "+f"((d)[110]), "+f"((d)[111]), \
+  "+f"((d)[112]), "+f"((d)[113]), "+f"((d)[114]), "+f"((d)[115]), "+f"((d)[116]), "+f"((d)[117]), "+f"((d)[118]), "+f"((d)[119]), \
+  "+f"((d)[120]), "+f"((d)[121]), "+f"((d)[122]), "+f"((d)[123]), "+f"((d)[124]), "+f"((d)[125]), "+f"((d)[126]), "+f"((d)[127])
+
 __device__ __forceinline__ void wgmma_m64n256k8(float (&d)[128], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-      " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-      " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-      " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-      " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-      " %128, %129, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db));
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " WG_ACC_REGS " %128, %129, 1, 1, 1;\n}\n"
+               : WG_ACC_OPERANDS(d)
+               : "l"(da), "l"(db));
 }
 
 // Block coordinates shared by both kernels. pxb: flat pixels per block; cob_ch: channels per block.
@@ -509,7 +513,7 @@ __device__ __forceinline__ void wg_mma_chunk(const WgShape& s, const WgBlock& b,
 // D fragment of warp w of a consumer: channel rows 16 w + g (+8), pixel columns 8 i + 2 t (+1)
 __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, const float (&acc)[128],
                                             const float* __restrict__ bias, float* __restrict__ y, int tid,
-                                            int co_w, int p0) {
+                                            int co_w, int p0, float scale = 1.f) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   float* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
   float bv[2];
@@ -536,7 +540,7 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
         for (int h = 0; h < 2; ++h)
           if (yrow[h] != nullptr)
             __stcs(reinterpret_cast<float2*>(yrow[h] + off),
-                   make_float2(acc[4 * i + 2 * h] + bv[h], acc[4 * i + 2 * h + 1] + bv[h]));
+                   make_float2(fmaf(acc[4 * i + 2 * h], scale, bv[h]), fmaf(acc[4 * i + 2 * h + 1], scale, bv[h])));
       }
       c += 8;
       off += 8;
@@ -557,7 +561,7 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (yrow[h] == nullptr) continue;
-      const float v0 = acc[4 * i + 2 * h] + bv[h], v1 = acc[4 * i + 2 * h + 1] + bv[h];
+      const float v0 = fmaf(acc[4 * i + 2 * h], scale, bv[h]), v1 = fmaf(acc[4 * i + 2 * h + 1], scale, bv[h]);
       float* dst = yrow[h] + (int64_t)oh * s.Wout + ow;
       if (ok1 && ok2 && r2 == r && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
         __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
@@ -589,7 +593,7 @@ __device__ __forceinline__ void st_shared_f2(uint32_t a, float x, float y) {
 template <int VEC>
 __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock& b, const float (&acc)[128],
                                                  const float* __restrict__ bias, float* __restrict__ y, int tid,
-                                                 int co_w, int p0, uint32_t buf) {
+                                                 int co_w, int p0, uint32_t buf, float scale = 1.f) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int co_base = b.co0 + co_w + 16 * warp;
   const int nrows = min(16, s.Cout - co_base);  // rows of real channels (may be <= 0)
@@ -613,8 +617,8 @@ __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock
       const int i = 8 * k + ii;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        st_shared_f2(buf + ((g + 8 * h) * WGE_LD + 8 * ii + 2 * t) * 4, acc[4 * i + 2 * h] + bv[h],
-                     acc[4 * i + 2 * h + 1] + bv[h]);
+        st_shared_f2(buf + ((g + 8 * h) * WGE_LD + 8 * ii + 2 * t) * 4, fmaf(acc[4 * i + 2 * h], scale, bv[h]),
+                     fmaf(acc[4 * i + 2 * h + 1], scale, bv[h]));
     }
     __syncwarp();
     const int q = p0 + 64 * k + px, r = q / s.rowlen, c = q - r * s.rowlen;
@@ -697,12 +701,27 @@ constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB 
 // themselves when they land, so the producer never waits for a copy and runs up to S chunks ahead,
 // into the next item while the consumers write this one out. Warpgroups 1 and 2 run the MMAs,
 // keeping one chunk's MMAs in flight while the next chunk's are issued, and release a stage when
-// its MMAs have completed.
+// its MMAs have completed. Ops supplies what differs between the TF32 class (WgsTf32Ops) and the
+// fp32 class (WghFp16Ops, ct2d_wgh below): a chunk's copies into a stage, its MMAs, the output scale.
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
+struct WgsTf32Ops {
+  const float* __restrict__ x;
+  const float* __restrict__ wg;
+  __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
+                                        uint32_t full) const {
+    if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full);
+    wg_stage_input(s, b, x, off, sb, c, tid);
+  }
+  __device__ __forceinline__ void mma(const WgShape& s, const WgBlock& b, float (&acc)[128], uint32_t sb, int co_w,
+                                      int p0) const {
+    wg_mma_chunk(s, b, acc, sb, co_w, p0);
+  }
+  __device__ __forceinline__ float scale() const { return 1.f; }
+};
+template <class Ops>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
-    ct2d_wgs(const float* __restrict__ x, const float* __restrict__ wg, const float* __restrict__ bias,
-             float* __restrict__ y, const WgShape s, int gx, int items) {
+    ct2d_wgs(const Ops ops, const float* __restrict__ bias, float* __restrict__ y, const WgShape s, int gx, int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES];  // full[S], free[S]
@@ -725,9 +744,7 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
       producer_sync();
       for (int c = 0; c < chunks; ++c, ++g) {
         if (g >= S) mbar_wait(free0 + 8 * st, ph ^ 1);  // consumers are done with chunk g - S
-        const uint32_t sb = base + st * s.stage_bytes;
-        if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full0 + 8 * st);
-        wg_stage_input(s, b, x, off, sb, c, tid);
+        ops.stage(s, b, off, base + st * s.stage_bytes, c, tid, full0 + 8 * st);
         cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
         if (++st == S) st = 0, ph ^= 1;
       }
@@ -737,6 +754,7 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
   }
   const int w = wgi - 1;
   const int co_w = (w % s.cwn) * 64, p0 = (w / s.cwn) * WG_N;
+  const float scale = ops.scale();
   int st = 0, ph = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
@@ -749,7 +767,7 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
       fence_proxy_async();  // the cp.async (generic proxy) writes, seen by the wgmma (async proxy)
       pin(acc);
       wg_fence();
-      wg_mma_chunk(s, b, acc, base + st * s.stage_bytes, co_w, p0);
+      ops.mma(s, b, acc, base + st * s.stage_bytes, co_w, p0);
       wg_commit();
       wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
       pin(acc);
@@ -765,14 +783,14 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
       // producer's next copies into it)
       consumer_sync();
       const uint32_t buf = base + prev * s.stage_bytes + (4 * w + (tid >> 5)) * WGE_WARP_BYTES;
-      if (s.epi_vec == 4) wg_epilogue_smem<4>(s, b, acc, bias, y, tid, co_w, p0, buf);
-      else wg_epilogue_smem<2>(s, b, acc, bias, y, tid, co_w, p0, buf);
+      if (s.epi_vec == 4) wg_epilogue_smem<4>(s, b, acc, bias, y, tid, co_w, p0, buf, scale);
+      else wg_epilogue_smem<2>(s, b, acc, bias, y, tid, co_w, p0, buf, scale);
       fence_proxy_async();
       __syncwarp();
       if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
     } else {
       if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);  // the item's last chunk
-      wg_epilogue(s, b, acc, bias, y, tid, co_w, p0);
+      wg_epilogue(s, b, acc, bias, y, tid, co_w, p0, scale);
     }
   }
 #endif
@@ -827,6 +845,150 @@ __global__ void __launch_bounds__(WG_THREADS, 3)
   }
 #endif
 }
+
+// 4. ct2d_wgh (stride 1, groups 1, fp32 class; sm_90a): ct2d_wgs's implicit GEMM with each fp32
+//    product as three fp16 products on the warpgroup MMA ("3xFP16"), which runs at twice the
+//    TF32 rate, so three k16 MMAs cost 1.5 TF32 MMAs where 3xTF32 would cost 3. Both operands are
+//    scaled by powers of two (x by 2^ex from its largest finite magnitude, computed on the device
+//    per call; the weights by 2^ew, on the Python side per weight version) so that they lie below
+//    2^15, and split as v = hi + lo with hi = fp16(v), lo = fp16(v - hi): |v - hi - lo| <=
+//    2^-22 |v| for normal parts (2^-25 absolute in the scaled units below that). Each tap runs
+//    a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (a_lo*b_lo ~ 2^-22 dropped) into one fp32 accumulator,
+//    and the epilogue multiplies by 2^-(ex + ew) (exact) before adding the bias. A pre-pass
+//    (wgh_split) writes x's scaled parts as [hi, lo][n][ci / 8][ih * Win + iw][ci % 8] (16 bytes
+//    per pixel and 8 channels), so the producer stages the input with 16-byte cp.async copies.
+//    Block: 64 output channels x two consumers on 256-pixel halves of 512 flat pixels (ct2d_wgs's
+//    pixel-halves layout); a chunk is 16 input channels (the k16); a stage holds the chunk's weights
+//    [hi, lo][tap][co / 8][ci half][co % 8][8 ci] (the Python side's packing, per 64-channel block)
+//    and the input as four planes [hi ci 0-7, hi ci 8-15, lo ci 0-7, lo ci 8-15] of [q][8 ci].
+//    The tensor cores' accumulation error grows with the number of MMAs into one accumulator
+//    (chunks * taps * 3): rel L2 against float64 measured on an H200 (x uniform in [0, 1), the
+//    default init) 2.1e-6 at 108, 3.3e-6 at 180, 4.3e-6 at 216, 6.9e-6 at 360, 1.4e-5 at 864,
+//    against the fp32 class's 1e-5. run_wgh applies up to kWghMaxChain (about half the tolerance);
+//    longer chains run ct2d_mma's 3xTF32 with its per-chunk fp32 adds (5e-7 to 1.2e-6 at any Cin).
+constexpr int kWghMaxChain = 240;
+
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC_REGS " %128, %129, 1, 1, 1, 0, 0;\n}\n"
+               : WG_ACC_OPERANDS(d)
+               : "l"(da), "l"(db));
+}
+
+// The exponent ex with |x| * 2^ex in [2^14, 2^15) for the largest finite magnitude (bits of
+// |x|, 0 for an all-zero input: ex = 0), kept within [-113, 100] so that 2^ex and 2^-ex are normal
+// floats (|x| < 2^-86 would keep fewer bits; a magnitude of 2^128 cannot occur).
+__device__ __forceinline__ int wgh_exp(unsigned amax_bits) {
+  if (amax_bits == 0) return 0;
+  const int e = 14 - ((int)(amax_bits >> 23) - 127);
+  return min(max(e, -113), 100);
+}
+
+// Largest finite |x| as float bits (non-negative floats order as unsigned integers; inf and NaN
+// are skipped, so they do not spoil the scale of the finite values), into *out (zeroed before).
+__global__ void wgh_amax(const float* __restrict__ x, int64_t n, unsigned* __restrict__ out) {
+  unsigned m = 0;
+  const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+  auto take = [&](float v) {
+    const unsigned b = __float_as_uint(v) & 0x7fffffffu;
+    m = b < 0x7f800000u && b > m ? b : m;
+  };
+  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = i0; i < n / 4; i += step) {
+      const float4 v = __ldcs(x4 + i);
+      take(v.x); take(v.y); take(v.z); take(v.w);
+    }
+    for (int64_t i = n / 4 * 4 + i0; i < n; i += step) take(x[i]);
+  } else {
+    for (int64_t i = i0; i < n; i += step) take(x[i]);
+  }
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0 && m) atomicMax(out, m);
+}
+
+// x (N, Cin, H, W) -> xs[hi, lo][n][c8][p][8] (fp16, 16 bytes per pixel p and 8 channels; channels
+// past Cin zero): one thread per (n, c8, p), reading its 8 channels coalesced along p.
+__global__ void wgh_split(const float* __restrict__ x, const unsigned* __restrict__ amax, uint4* __restrict__ xs,
+                          int Cin, int C8, int HW, int64_t half_elems) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x, c8 = blockIdx.y, n = blockIdx.z;
+  if (p >= HW) return;
+  const float sc = ldexpf(1.f, wgh_exp(*amax));
+  const float* xp = x + ((int64_t)n * Cin + c8 * 8) * HW + p;
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int c = c8 * 8 + 2 * k;
+    const float v0 = c < Cin ? xp[(int64_t)(2 * k) * HW] * sc : 0.f;
+    const float v1 = c + 1 < Cin ? xp[(int64_t)(2 * k + 1) * HW] * sc : 0.f;
+    const __half2 hi = __floats2half2_rn(v0, v1);
+    const float2 hf = __half22float2(hi);
+    const __half2 lo = __floats2half2_rn(v0 - hf.x, v1 - hf.y);
+    h[k] = *reinterpret_cast<const uint32_t*>(&hi);
+    l[k] = *reinterpret_cast<const uint32_t*>(&lo);
+  }
+  const int64_t o = ((int64_t)n * C8 + c8) * HW + p;
+  xs[o] = make_uint4(h[0], h[1], h[2], h[3]);
+  xs[o + half_elems] = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+// One chunk's input planes by the producer warpgroup: warp w copies plane w (= 2 * lo + ci half)
+// of positions lane + 32 j, 16 bytes each (a warp instruction: 512 contiguous bytes either side).
+__device__ __forceinline__ void wgh_stage_input(const WgShape& s, const WgBlock& b, const uint4* __restrict__ xs,
+                                                int64_t half_elems, const int* off, uint32_t sb, int chunk, int tid) {
+  const int warp = tid >> 5, lane = tid & 31, hw = s.Hin * s.Win;
+  const uint4* src = xs + (warp >> 1) * half_elems + ((int64_t)b.n * 2 * s.chunks + 2 * chunk + (warp & 1)) * hw;
+  uint32_t d = sb + s.wbytes + warp * s.S * 16 + lane * 16;
+#pragma unroll 4
+  for (int q = lane; q < s.S; q += 32, d += 512) {
+    const int o = off[q];
+    cp_async16z(d, reinterpret_cast<const float*>(src + (o >= 0 ? o : 0)), o >= 0 ? 16u : 0u);
+  }
+}
+
+// All taps of one chunk for one consumer: flat pixels p0..p0+255, the block's 64 channels.
+__device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128], uint32_t sb, int p0) {
+  const uint32_t plane = s.S * 16, bh = sb + s.wbytes + p0 * 16;
+  uint64_t da = wg_desc(sb, 128, 256);
+  const uint64_t da_lo = (uint64_t)(s.wbytes / 2) >> 4, db_lo = (uint64_t)(2 * plane) >> 4;
+  const uint64_t db0 = wg_desc(bh + ((s.KH - 1) * s.dil_h * s.rowlen + (s.KW - 1) * s.dil_w) * 16, plane, 128);
+  const uint32_t row_step = s.dil_h * s.rowlen;
+#pragma unroll 1
+  for (int kh = 0; kh < s.KH; ++kh) {
+    uint64_t db = db0 - (uint64_t)(kh * row_step);
+#pragma unroll 1
+    for (int kw = 0; kw < s.KW; ++kw) {
+      wgmma_m64n256k16_f16(acc, da + da_lo, db);  // the small terms first
+      wgmma_m64n256k16_f16(acc, da, db + db_lo);
+      wgmma_m64n256k16_f16(acc, da, db);
+      da += (64 * 32) >> 4;  // the next tap's 64 x 16 weights
+      db -= s.dil_w;
+    }
+  }
+}
+
+// ct2d_wgh = ct2d_wgs<WghFp16Ops>: the fp16 stages above (consumers on pixel halves, s.cwn = 1);
+// ew: the weights' scale exponent, amax: x's largest finite magnitude (wgh_amax).
+struct WghFp16Ops {
+  const uint4* __restrict__ xs;
+  int64_t half_elems;
+  const unsigned* __restrict__ amax;
+  const __half* __restrict__ wh;
+  int ew;
+  __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
+                                        uint32_t full) const {
+    if (tid == 0) {  // the chunk's weights of the block's 64 channels: one contiguous bulk copy
+      const __half* src = wh + ((int64_t)(b.co0 / 64) * s.chunks + c) * (s.wbytes / 2);
+      mbar_arrive_expect_tx(full, s.wbytes);
+      bulk_copy(sb, reinterpret_cast<const float*>(src), s.wbytes, full);
+    }
+    wgh_stage_input(s, b, xs, half_elems, off, sb, c, tid);
+  }
+  __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
+                                      int p0) const {
+    wgh_mma_chunk(s, acc, sb, p0);
+  }
+  __device__ __forceinline__ float scale() const { return ldexpf(1.f, -(wgh_exp(*amax) + ew)); }
+};
 #endif  // CT2D_WGMMA
 
 constexpr int kMaxStride = 16;  // phase kernel limits (the host raises an error naming the direct solution otherwise)
@@ -1325,11 +1487,15 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
 
 #if defined(CT2D_WGMMA)
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
-// acceptable (ct2d_wgs runs one). Returns the dynamic shared memory size, 0 where it does not fit.
+// acceptable (ct2d_wgs runs one). f16: ct2d_wgh (spec and pix_halves; chunks of 16 channels, hi and
+// lo parts of both operands in a stage, at least two stages). Returns the dynamic shared memory
+// size, 0 where it does not fit.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w) {
-  const int64_t taps = KH * KW, chunks = (Cin + 7) / 8, co8 = (Cout + 7) / 8;
+               int64_t dil_w, bool f16 = false) {
+  const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
+  // ct2d_wgh: [hi, lo] x taps x 64 channels x 16 input channels of fp16 per stage
+  const int64_t wbytes16 = 2 * taps * 64 * 32;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
   // on two 256-pixel halves of 512 pixels where there are at most 64 channels
@@ -1346,6 +1512,10 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
     const int64_t rowlen = tw + halo_w;
+    // ct2d_wgh: two stages of the tile must fit (its weights take half of the shared memory or more)
+    if (f16 && 2 * (wbytes16 + (pxb + halo_h * rowlen + halo_w) * 64) + (pxb + halo_h * rowlen + halo_w) * 4 + 4096 >
+                   kWgSmemMax - 256)
+      continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
     const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
     const double eff = (double)Hout * Wout / ((double)tiles * pxb);
@@ -1355,6 +1525,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     if (vec4 && tw % 4 == 0 && score > best4) { best4 = score; TW4 = tw; TR4 = tr; }
   }
   if (vec4 && TW4 && best4 >= best - 0.02) { TW = TW4; TR = TR4; }
+  if (TW == 0) return 0;  // ct2d_wgh: no tile fits
   s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout; s.KH = KH; s.KW = KW;
   s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
   s.TW = TW; s.TR = TR; s.rowlen = TW + halo_w;
@@ -1365,8 +1536,8 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   s.co8 = co8;
   s.co_blocks = (co8 * 8 + cob_ch - 1) / cob_ch;
   s.chunks = chunks;
-  s.wbytes = taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
-  s.stage_bytes = (s.wbytes + S * 32 + 127) / 128 * 128;
+  s.wbytes = f16 ? wbytes16 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
+  s.stage_bytes = (s.wbytes + S * (f16 ? 64 : 32) + 127) / 128 * 128;
   s.tab_bytes = (S * 4 + 127) / 128 * 128;
   if (s.stage_bytes >= (spec ? 8 : 4) * WGE_WARP_BYTES) {  // the consumer warps' epilogue buffers fit in a stage
     if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0) s.epi_vec = 4;
@@ -1425,14 +1596,55 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
     const int64_t items = gx * N;
     if (items >= (int64_t(1) << 31)) return false;
-    allow_smem<ct2d_wgs>(kWgSmemMax);
+    allow_smem<ct2d_wgs<WgsTf32Ops>>(kWgSmemMax);
     ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(
-        x.data_ptr<float>(), wg.data_ptr<float>(), b, y.data_ptr<float>(), s, (int)gx, (int)items);
+        WgsTf32Ops{x.data_ptr<float>(), wg.data_ptr<float>()}, b, y.data_ptr<float>(), s, (int)gx, (int)items);
   } else {
     allow_smem<ct2d_wg>(kWgSmemMax);
     ct2d_wg<<<dim3(gx, N), WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(), b,
                                                        y.data_ptr<float>(), s);
   }
+  return true;
+}
+
+// fp32-class path on the warpgroup MMA (ct2d_wgh, 3xFP16): stride 1, groups 1. wh: the weights'
+// scaled fp16 parts, (ceil(Cout/64), ceil(Cin/16), 2, KH*KW, 8, 2, 8, 8) as [co block][chunk][hi,
+// lo][tap][co / 8 in the block][ci half][co % 8][ci % 8]; ew: their scale exponent. Runs the amax
+// and split pre-passes, then the kernel. Returns false where it does not apply: more MMAs per
+// accumulator than kWghMaxChain (the tensor cores' accumulation error, measured growing with
+// it), or the tiles do not fit.
+bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
+             int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
+  const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
+  const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
+  const int64_t chunks = (Cin + 15) / 16, cob = (Cout + 63) / 64;
+  TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() && wh.scalar_type() == at::kHalf &&
+                  wh.numel() == cob * chunks * 2 * KH * KW * 64 * 16,
+              "3xFP16 weight copy: expected half (ceil(Cout/64), ceil(Cin/16), 2, KH*KW, 8, 2, 8, 8)");
+  if (N > 65535 || chunks * KH * KW * 3 > kWghMaxChain) return false;
+  WgShape s;
+  const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w, true);
+  if (!smem) return false;
+  const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
+  const int64_t items = gx * N;
+  if (items >= (int64_t(1) << 31)) return false;
+  if ((Hout + 2 * s.TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return false;  // 32-bit offsets in a channel plane
+  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
+  if (s.epi_vec == 4 && y_addr % 16 != 0) s.epi_vec = 2;
+  if (s.epi_vec == 2 && y_addr % 8 != 0) s.epi_vec = 0;
+  const int64_t HW = Hin * Win, C8 = 2 * chunks, half_elems = N * C8 * HW;
+  auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
+  auto xs = torch::empty({2, N, C8, HW, 8}, x.options().dtype(at::kHalf));
+  unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
+  const int64_t n = x.numel();
+  wgh_amax<<<(int)std::min<int64_t>((n / 4 + 255) / 256 + 1, 8 * sm_count()), 256, 0, stream>>>(x.data_ptr<float>(), n, amax_p);
+  wgh_split<<<dim3((HW + 255) / 256, C8, N), 256, 0, stream>>>(x.data_ptr<float>(), amax_p,
+                                                               reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems);
+  allow_smem<ct2d_wgs<WghFp16Ops>>(kWgSmemMax);
+  const WghFp16Ops ops{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems, amax_p,
+                       reinterpret_cast<const __half*>(wh.data_ptr()), (int)ew};
+  ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s,
+                                                                                     (int)gx, (int)items);
   return true;
 }
 #endif
@@ -1442,10 +1654,11 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
 // x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
 // phase kernel; wt: (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4), its
 // tensor-core variant's fragment-ordered TF32 hi and lo parts (empty: CUDA cores only); wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
-// exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs
-// (wm and wg may be empty where their kernel does not apply). Returns y.
+// exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs;
+// wh (half) and wh_exp: the scaled fp16 parts for ct2d_wgh (split 3, see run_wgh)
+// (wm, wg and wh may be empty where their kernel does not apply). Returns y.
 torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
-                                    torch::Tensor wg, c10::optional<torch::Tensor> bias,
+                                    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config) {
@@ -1485,6 +1698,9 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     // faster on 71 and 78), else ct2d_mma, else the wgmma kernels where ct2d_mma does not apply
     bool done = false;
 #if defined(CT2D_WGMMA)
+    // fp32 class: 3xFP16 on the wgmma with more than 32 output channels (as for the TF32 class)
+    if (split == 3 && config == 0 && Cout > 32 && wh.numel() > 0)
+      done = run_wgh(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream);
     const bool wg_ok = split == 1 && wg.numel() > 0;
     if (wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6 || config == 8))
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
