@@ -2,10 +2,13 @@
 
 Every call ends in an Outcome: the events the child reported, its exit code or the signal that
 killed it, and whether (and in which phase) it was killed for running too long. The child runs
-in its own session, so a kill takes its compiler and ninja children with it.
+in its own session, so a kill takes its compiler and ninja children with it; being out of the
+harness's process group, it calls die_with_parent() first, so that a harness killed by a signal
+does not leave it running.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -50,11 +53,27 @@ def _tail(path: Path, limit: int = 6000) -> str:
         return ""
 
 
+def die_with_parent() -> None:
+    """In a child of run_module: ask the kernel to SIGKILL this process when the harness process
+    (the thread that started it, which waits for it) dies (prctl PR_SET_PDEATHSIG, Linux only),
+    and exit at once if it died before the request took effect."""
+    if sys.platform != "linux":
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = os.environ.get("KB_PARENT_PID")
+    if parent and os.getppid() != int(parent):
+        os._exit(1)
+
+
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["KB_PARENT_PID"] = str(os.getpid())
     env.update(extra or {})
     return env
 

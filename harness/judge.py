@@ -19,6 +19,7 @@ from typing import Any
 from types import SimpleNamespace
 
 from .guards import tensor_digest
+from .isolation import die_with_parent
 from .numerics import classify, diagnose_parameters, explain_by_variants, ground_truth
 from .problems import construct, load_module, make_inputs
 
@@ -123,6 +124,7 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
+    die_with_parent()
     req = json.loads(Path(argv[1]).read_text())
     try:
         if req["device"] == "cuda":

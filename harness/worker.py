@@ -23,6 +23,7 @@ from typing import Any
 from .build import BuildError, InlineMisuse, NeedsCuda, install_hook
 from .env import collect
 from .events import EventWriter
+from .isolation import die_with_parent
 from .guards import aliased_input, cpu_op_share, library_share, poison_free_memory, tensor_digest
 from .problems import _display, exception_location, load_module, make_inputs, construct
 from .results import Status
@@ -396,6 +397,7 @@ class Worker:
 
 
 def main(argv: list[str]) -> None:
+    die_with_parent()
     request = json.loads(Path(argv[1]).read_text())
     Worker(request).main()
     sys.stdout.flush()

@@ -1,6 +1,14 @@
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-from harness.isolation import run_module
+import pytest
+
+from harness import REPO_ROOT
+from harness.isolation import child_env, run_module
 
 
 def run(tmp_path, action, limit_s=10.0, **kw):
@@ -39,3 +47,39 @@ def test_build_phase_has_its_own_limit(tmp_path):
 def test_nonzero_exit(tmp_path):
     out = run(tmp_path, "exit3")
     assert out.returncode == 3 and out.signal_name is None and out.last("done") is None
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, killed but not yet reaped by whoever inherited it, counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux only")
+def test_child_dies_with_a_killed_harness(tmp_path):
+    # the harness process (here a bare python running run_module) is SIGKILLed while its child
+    # hangs; the child runs in its own session, so only die_with_parent() can take it down
+    code = ("from harness.isolation import run_module; "
+            f"run_module('tests.fixtures.child', {{'action': 'hang'}}, {str(tmp_path)!r}, limit_s=120)")
+    harness_proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=child_env())
+    pid_file = tmp_path / "child.pid"
+    pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert _alive(pid)
+        harness_proc.kill()
+        harness_proc.wait()
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the child outlived the harness process that started it"
+    finally:
+        harness_proc.kill()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
