@@ -1,6 +1,7 @@
 """Shared Python side of the fast ConvTranspose2d solutions (fast.cu): parameters created exactly
 as nn.ConvTranspose2d creates them (matched-seed construction gives the reference's weights),
 weights repacked into each kernel's layout once per weight version, not on every call."""
+import math
 import os
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def _fp16_parts(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor
     if not bool(torch.isfinite(w).all()):
         return padded.new_empty(0, dtype=torch.float16), 0
     amax = float(w.abs().max())
-    e = 0 if amax == 0 else min(max(14 - (torch.frexp(torch.tensor(amax)).exponent.item() - 1), -113), 100)
+    e = 0 if amax == 0 else min(max(15 - math.frexp(amax)[1], -113), 100)
     taps = padded.shape[1]
     chunks, cob = (cin + 15) // 16, (cout + 63) // 64
     a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)

@@ -1329,12 +1329,18 @@ void allow_smem(int bytes) {
   }
 }
 
-// Multiprocessors of the current device.
+// Multiprocessors of the current device (queried once per device).
 int sm_count() {
-  int dev = 0, sms = 0;
+  static int cached[64] = {0};
+  int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  if (dev >= 64) {
+    int sms = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }
+  if (cached[dev] == 0) C10_CUDA_CHECK(cudaDeviceGetAttribute(&cached[dev], cudaDevAttrMultiProcessorCount, dev));
+  return cached[dev];
 }
 
 // Shared memory of the phase kernel for a configuration, in bytes.
@@ -1488,19 +1494,26 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
 #if defined(CT2D_WGMMA)
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
 // acceptable (ct2d_wgs runs one). f16: ct2d_wgh (spec and pix_halves; chunks of 16 channels, hi and
-// lo parts of both operands in a stage, at least two stages). Returns the dynamic shared memory
-// size, 0 where it does not fit.
+// lo parts of both operands in a stage, at least two stages). y_addr: the output's address (the
+// epilogue's vector stores need it aligned to them). Returns the dynamic shared memory size, 0
+// where it does not fit or 32-bit offsets within a channel plane would overflow.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w, bool f16 = false) {
+               int64_t dil_w, uintptr_t y_addr, bool f16 = false) {
   const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
-  // ct2d_wgh: [hi, lo] x taps x 64 channels x 16 input channels of fp16 per stage
-  const int64_t wbytes16 = 2 * taps * 64 * 32;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
   // on two 256-pixel halves of 512 pixels where there are at most 64 channels
   s.cwn = spec && co8 * 8 > 64 && !pix_halves ? 2 : 1;
   const int64_t pxb = spec ? WG_N * 2 / s.cwn : WG_N, cob_ch = 64 * s.cwn;
+  // per stage: the weights (ct2d_wgh: [hi, lo] x taps x 64 channels x 16 input channels of fp16),
+  // then the input's staged positions, 32 bytes each (ct2d_wgh: 64, hi and lo); the offset table
+  const int64_t wbytes = f16 ? 2 * taps * 64 * 32 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
+  auto stage_bytes = [&](int64_t S) { return (wbytes + S * (f16 ? 64 : 32) + 127) / 128 * 128; };
+  auto tab_bytes = [](int64_t S) { return (S * 4 + 127) / 128 * 128; };
+  // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
+  // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
+  const size_t slack = spec ? 4096 : 2048;
   const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
   // tile: TW columns (even where the halo is, so pixel pairs stay 8-byte aligned) and TR rows with
   // (TR - 1) * rowlen + TW <= pxb: the most stored pixels per computed one, then the fewest staged
@@ -1511,15 +1524,13 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   double best = -1e9, best4 = -1e9;
   for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
-    const int64_t rowlen = tw + halo_w;
+    const int64_t rowlen = tw + halo_w, S = pxb + halo_h * rowlen + halo_w;
     // ct2d_wgh: two stages of the tile must fit (its weights take half of the shared memory or more)
-    if (f16 && 2 * (wbytes16 + (pxb + halo_h * rowlen + halo_w) * 64) + (pxb + halo_h * rowlen + halo_w) * 4 + 4096 >
-                   kWgSmemMax - 256)
-      continue;
+    if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + slack > (size_t)kWgSmemMax) continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
     const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
     const double eff = (double)Hout * Wout / ((double)tiles * pxb);
-    const double staged = (double)(pxb + halo_h * rowlen + halo_w) / (double)(tr * tw);
+    const double staged = (double)S / (double)(tr * tw);
     const double score = eff - 0.01 * staged;
     if (score > best) { best = score; TW = tw; TR = tr; }
     if (vec4 && tw % 4 == 0 && score > best4) { best4 = score; TW4 = tw; TR4 = tr; }
@@ -1536,16 +1547,15 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   s.co8 = co8;
   s.co_blocks = (co8 * 8 + cob_ch - 1) / cob_ch;
   s.chunks = chunks;
-  s.wbytes = f16 ? wbytes16 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
-  s.stage_bytes = (s.wbytes + S * (f16 ? 64 : 32) + 127) / 128 * 128;
-  s.tab_bytes = (S * 4 + 127) / 128 * 128;
+  s.wbytes = wbytes;
+  s.stage_bytes = stage_bytes(S);
+  s.tab_bytes = tab_bytes(S);
+  if ((Hout + 2 * TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return 0;  // 32-bit offsets in a channel plane
   if (s.stage_bytes >= (spec ? 8 : 4) * WGE_WARP_BYTES) {  // the consumer warps' epilogue buffers fit in a stage
-    if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0) s.epi_vec = 4;
-    else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0) s.epi_vec = 2;
+    // 4-float stores: TW, rowlen and Wout multiples of 4 and y 16-byte aligned; 2-float: even, 8
+    if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0 && y_addr % 16 == 0) s.epi_vec = 4;
+    else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0 && y_addr % 8 == 0) s.epi_vec = 2;
   }
-  // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
-  // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
-  const size_t slack = spec ? 4096 : 2048;
   auto need = [&](int st) { return (size_t)s.tab_bytes + (size_t)st * s.stage_bytes + slack; };
   if (spec) {  // one block per SM: the deepest pipeline that fits, up to WGS_MAX_STAGES
     for (int st = WGS_MAX_STAGES; st >= 2; --st)
@@ -1573,7 +1583,8 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (N > 65535) return false;
   WgShape s;
   auto plan = [&](bool spec, int blocks_min) {
-    return plan_wg(s, spec, config == 8, blocks_min, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w);
+    return plan_wg(s, spec, config == 8, blocks_min, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
+                   reinterpret_cast<uintptr_t>(y.data_ptr()));
   };
   bool spec = config == 6 || config == 8;
   size_t smem = 0;
@@ -1589,10 +1600,6 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   if (!smem) return false;
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   if (gx >= (int64_t(1) << 31)) return false;
-  if ((Hout + 2 * s.TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return false;  // 32-bit offsets in a channel plane
-  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
-  if (s.epi_vec == 4 && y_addr % 16 != 0) s.epi_vec = 2;  // vector stores need y aligned to them
-  if (s.epi_vec == 2 && y_addr % 8 != 0) s.epi_vec = 0;
   if (spec) {  // persistent: one block per SM, each taking every SM-count-th work item
     const int64_t items = gx * N;
     if (items >= (int64_t(1) << 31)) return false;
@@ -1623,27 +1630,25 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
               "3xFP16 weight copy: expected half (ceil(Cout/64), ceil(Cin/16), 2, KH*KW, 8, 2, 8, 8)");
   if (N > 65535 || chunks * KH * KW * 3 > kWghMaxChain) return false;
   WgShape s;
-  const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w, true);
+  const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
+                              reinterpret_cast<uintptr_t>(y.data_ptr()), true);
   if (!smem) return false;
   const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   const int64_t items = gx * N;
   if (items >= (int64_t(1) << 31)) return false;
-  if ((Hout + 2 * s.TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return false;  // 32-bit offsets in a channel plane
-  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
-  if (s.epi_vec == 4 && y_addr % 16 != 0) s.epi_vec = 2;
-  if (s.epi_vec == 2 && y_addr % 8 != 0) s.epi_vec = 0;
+  const int sms = sm_count();
   const int64_t HW = Hin * Win, C8 = 2 * chunks, half_elems = N * C8 * HW;
   auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
   auto xs = torch::empty({2, N, C8, HW, 8}, x.options().dtype(at::kHalf));
   unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
   const int64_t n = x.numel();
-  wgh_amax<<<(int)std::min<int64_t>((n / 4 + 255) / 256 + 1, 8 * sm_count()), 256, 0, stream>>>(x.data_ptr<float>(), n, amax_p);
+  wgh_amax<<<(int)std::min<int64_t>((n / 4 + 255) / 256 + 1, 8 * sms), 256, 0, stream>>>(x.data_ptr<float>(), n, amax_p);
   wgh_split<<<dim3((HW + 255) / 256, C8, N), 256, 0, stream>>>(x.data_ptr<float>(), amax_p,
                                                                reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems);
   allow_smem<ct2d_wgs<WghFp16Ops>>(kWgSmemMax);
   const WghFp16Ops ops{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems, amax_p,
                        reinterpret_cast<const __half*>(wh.data_ptr()), (int)ew};
-  ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s,
+  ct2d_wgs<<<(int)std::min<int64_t>(items, sms), WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s,
                                                                                      (int)gx, (int)items);
   return true;
 }
