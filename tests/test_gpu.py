@@ -38,12 +38,16 @@ def test_kernels_correct_on_extra_variants(tmp_path, problem, solution, precisio
     assert result.correctness["max_abs_error"] < max_abs
 
 
-# fast_fp32's 3xFP16 wgmma kernel (ct2d_wgh, sm_90a builds): shapes that reach it (stride 1,
-# groups 1, more than 32 output channels) with padded input and output channels, odd widths,
-# dilation, padding and bias, and inputs scaled far from 1 (the kernel scales x by a power of two
-# from its largest magnitude; no bias there, and out / scale is compared, since the tolerance's
-# atol is absolute: at 3e4 an output that cancels to ~1 misses it even in exact fp32 arithmetic);
-# against float64 at the fp32 tolerance, and checked to be the kernel that ran. 3x3 on Cin 512 (864 MMAs per accumulator, over its limit) runs 3xTF32 instead.
+# The fp16 wgmma kernels (sm_90a builds), on shapes that reach them (stride 1, groups 1, more than
+# 32 output channels) with padded input and output channels, odd widths, dilation, padding and
+# bias, and inputs scaled far from 1; against float64 at their class's tolerance, and checked to be
+# the kernel that ran. out / scale is compared (no bias there), since the tolerance's atol is
+# absolute: at 3e4 an output that cancels to ~1 misses it even in exact fp32 arithmetic.
+# - fast_fp32's ct2d_wgh (3xFP16, fp32 class) scales x by a power of two from its largest
+#   magnitude; 3x3 on Cin 512 (864 MMAs per accumulator, over its limit) runs 3xTF32 instead.
+# - fast's ct2d_wgf (one fp16 product, TF32 class) takes x unscaled where its largest magnitude is
+#   in [2^-2, 2^15) and rescales it otherwise: 1e-6 (subnormal in fp16 unscaled) and 1e5 (beyond
+#   fp16's range) fail the tolerance unless the rescaled launch is the one that ran.
 WGH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, wgh expected)
     (2, 20, 40, (3, 3), 13, 37, 1, 2, True, True),
     (2, 9, 128, (3, 5), 13, 101, 0, 1, False, True),
@@ -51,11 +55,10 @@ WGH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, wgh expe
     (3, 33, 70, (2, 4), 11, 50, (0, 1), (2, 1), True, True),
     (1, 512, 64, (3, 3), 8, 16, 0, 1, False, False),
 ]
+WGF_SHAPES = [s[:-1] + (True,) for s in WGH_SHAPES] + [(2, 24, 72, (3, 7), 17, 45, (1, 3), 1, True, True)]
 
 
-@pytest.mark.parametrize("scale", [1.0, 3e4, 1e-6])
-@pytest.mark.parametrize("shape", WGH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
-def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
+def _fp16_wgmma_case(shape, scale, cls, kernel):
     import sys
 
     import torch
@@ -65,15 +68,16 @@ def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
     from harness.numerics import compare
 
     if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("ct2d_wgh is built for sm_90a only")
+        pytest.skip("the fp16 wgmma kernels are built for sm_90a only")
     sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
     import ct2d_fast
 
-    n, cin, cout, k, h, w, pad, dil, bias, wgh = shape
+    n, cin, cout, k, h, w, pad, dil, bias, expected = shape
     bias = bias and scale == 1.0
     torch.manual_seed(0)
-    model = ct2d_fast.FastConvTranspose2dFP32(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda()
-    x = torch.rand(n, cin, h, w, device="cuda") * scale
+    model = getattr(ct2d_fast, cls)(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda()
+    x = (torch.rand(n, cin, h, w, device="cuda") if cls.endswith("FP32") else torch.randn(n, cin, h, w, device="cuda"))
+    x = x * scale
     with torch.no_grad():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             out = model(x)
@@ -83,6 +87,20 @@ def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
             None if model.conv_transpose2d.bias is None else model.conv_transpose2d.bias.double(),
             padding=pad, dilation=dil)
     ran = {e.key for e in prof.key_averages()}
-    assert any("WghFp16Ops" in r for r in ran) == wgh, sorted(ran)  # ct2d_wgs<WghFp16Ops> = ct2d_wgh
-    result = compare(out / scale, truth / scale, torch.float32, load_config(REPO_ROOT / "configs" / "default.yaml").correctness.fp32)
+    assert any(kernel in r for r in ran) == expected, sorted(ran)  # ct2d_wgs<kernel>
+    tolerances = load_config(REPO_ROOT / "configs" / "default.yaml").correctness
+    result = compare(out / scale, truth / scale, torch.float32,
+                     tolerances.fp32 if cls.endswith("FP32") else tolerances.tf32)
     assert result.ok, result.message
+
+
+@pytest.mark.parametrize("scale", [1.0, 3e4, 1e-6])
+@pytest.mark.parametrize("shape", WGH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
+def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
+    _fp16_wgmma_case(shape, scale, "FastConvTranspose2dFP32", "WghFp16Ops")  # ct2d_wgh
+
+
+@pytest.mark.parametrize("scale", [1.0, 3e3, 1e5, 1e-6])
+@pytest.mark.parametrize("shape", WGF_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
+def test_fast_wgmma_fp16_kernel_is_tf32_class(shape, scale):
+    _fp16_wgmma_case(shape, scale, "FastConvTranspose2d", "WgfFp16Ops")  # ct2d_wgf

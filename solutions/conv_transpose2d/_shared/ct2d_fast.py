@@ -64,10 +64,11 @@ def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.stack([hi, _round_tf32(a - hi)], dim=5).contiguous()
 
 
-def _fp16_parts(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor, int]:
-    """Weights for ct2d_wgh (3xFP16, fp32 class): padded is (Cin padded to 8, KH*KW, Cout padded to
-    8). Scaled by 2^e so that the largest magnitude lies in [2^14, 2^15) (e within [-113, 100], as
-    fast.cu's wgh_exp does for x), split as hi = fp16(v), lo = fp16(v - hi), laid out as
+def _fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[torch.Tensor, int]:
+    """Weights for the fp16 wgmma kernels, ct2d_wgh (3xFP16, fp32 class: parts=2) and ct2d_wgf (one
+    fp16 product, TF32 class: parts=1): padded is (Cin padded to 8, KH*KW, Cout padded to 8).
+    Scaled by 2^e so that the largest magnitude lies in [2^14, 2^15) (e within [-113, 100], as
+    fast.cu's wgh_exp does for x), split as hi = fp16(v), lo = fp16(v - hi) (parts=2), laid out as
     [co / 64][ci / 16][hi, lo][tap][co % 64 / 8][ci % 16 / 8][co % 8][ci % 8], zero-padded.
     Returns (parts, e); empty parts where a weight is not finite."""
     w = padded[:cin, :, :cout].double()
@@ -80,15 +81,15 @@ def _fp16_parts(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor
     a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
     a[:cin, :, :cout] = w * 2.0 ** e
     hi = a.to(torch.float16)
-    lo = (a - hi.double()).to(torch.float16)
-    t = torch.stack([hi, lo])  # [hl][ci][tap][co]
-    t = t.view(2, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8
+    t = torch.stack([hi, (a - hi.double()).to(torch.float16)][:parts])  # [hl][ci][tap][co]
+    t = t.view(parts, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8
     return t.permute(5, 1, 0, 4, 6, 2, 7, 3).contiguous(), e
 
 
 class FastConvTranspose2d(ConvTranspose2dParams):
-    """split=1: TF32 tensor cores, TF32-class results: the implicit GEMM where it applies (stride 1,
-    groups 1), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
+    """split=1: TF32-class results on the tensor cores: the implicit GEMM where it applies (stride 1,
+    groups 1; on sm_90a with more than 32 output channels as one fp16 product of scaled operands,
+    TF32's significand at twice its rate), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
     fp32-class results. Where the phase kernel's tensor-core variant does not fit in shared memory,
     it runs on fp32 FMAs (fp32 class) either way."""
 
@@ -113,8 +114,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         - (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for the wgmma kernel (split 1,
           stride 1, groups 1, sm_90a builds): per 8 input channels and tap, 8x4 "core matrices"
           of (8 output channels) x (4 input channels), the shared-memory layout that kernel reads;
-        - for split 3 on sm_90a builds (stride 1, groups 1): the scaled fp16 hi and lo parts for
-          the 3xFP16 wgmma kernel and their scale exponent (_fp16_parts)."""
+        - on sm_90a builds (stride 1, groups 1, more than 32 output channels): the scaled fp16
+          parts and their scale exponent (_fp16_parts): hi for the one-product wgmma kernel
+          (split 1), hi and lo for the 3xFP16 one (split 3)."""
         w = self.conv_transpose2d.weight
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
@@ -135,8 +137,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
                     if WGMMA:  # [chunk][tap][co / 8][ci half][co % 8][ci % 4]
                         wgm = padded.view(chunks, 2, 4, taps, co8, 8).permute(0, 3, 4, 1, 5, 2)
                         wgm = _round_tf32(wgm.contiguous())
-                elif WGMMA and cout_g > 32:
-                    wh, wh_exp = _fp16_parts(padded, cin, cout_g)
+                if WGMMA and cout_g > 32:
+                    wh, wh_exp = _fp16_parts(padded, cin, cout_g, 1 if self.split == 1 else 2)
             self._packed = (packed, frag, mma, wgm, wh, wh_exp)
             self._packed_key = key
         return self._packed

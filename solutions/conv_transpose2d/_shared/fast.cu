@@ -9,8 +9,8 @@
 //    taps in shared memory (cp.async, 2-3 stages), so every loaded input value feeds all KH*KW
 //    taps; B fragments are conflict-free 4-byte shared loads, A fragments ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
-//    On Hopper (sm_90a builds) more than 32 output channels run 3. (TF32 class) or 4. (fp32 class)
-//    instead (below, with the wgmma kernels).
+//    On Hopper (sm_90a builds) more than 32 output channels run 5. (TF32 class) or 4. (fp32 class)
+//    instead (below, with the wgmma kernels; 3. where 5. does not fit).
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated).
 //    For output row oh only the taps kh with (oh + pad_h - kh*dil_h) divisible by stride_h
 //    contribute (likewise kw for each column phase), so no multiply is spent on the zeros a
@@ -28,7 +28,7 @@
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4] (m16n8k8 A fragments) for its TC variant, as
 // wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), and as
 // wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels,
-// and as scaled fp16 hi and lo parts for ct2d_wgh (see there).
+// and as scaled fp16 parts for ct2d_wgf (hi) and ct2d_wgh (hi and lo; see there).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
@@ -366,6 +366,7 @@ struct WgShape {
   int cwn;                         // consumers on different 64-channel halves (2) or pixel halves (1)
   int wbytes, stage_bytes, tab_bytes;  // per stage: weights (64 cwn channels max), whole stage; offset table
   int epi_vec;                     // epilogue through shared memory (wg_epilogue_smem) with 4- or 2-float stores, 0: direct
+  int stagger;                     // ct2d_wgs: consumer 1 runs this many chunks behind consumer 0 (0: in step)
 };
 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -701,8 +702,9 @@ constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB 
 // themselves when they land, so the producer never waits for a copy and runs up to S chunks ahead,
 // into the next item while the consumers write this one out. Warpgroups 1 and 2 run the MMAs,
 // keeping one chunk's MMAs in flight while the next chunk's are issued, and release a stage when
-// its MMAs have completed. Ops supplies what differs between the TF32 class (WgsTf32Ops) and the
-// fp32 class (WghFp16Ops, ct2d_wgh below): a chunk's copies into a stage, its MMAs, the output scale.
+// its MMAs have completed. Ops supplies what differs between the TF32 kernel (WgsTf32Ops) and the
+// fp16 ones (WghFp16Ops for ct2d_wgh, WgfFp16Ops for ct2d_wgf, below): a chunk's copies into a
+// stage, its MMAs, the output scale, and whether this launch has nothing to do (skip).
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 struct WgsTf32Ops {
@@ -718,11 +720,14 @@ struct WgsTf32Ops {
     wg_mma_chunk(s, b, acc, sb, co_w, p0);
   }
   __device__ __forceinline__ float scale() const { return 1.f; }
+  __device__ __forceinline__ bool skip() const { return false; }
+  static constexpr bool kStagger = false;  // staggered consumers (s.stagger) compiled in
 };
 template <class Ops>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
     ct2d_wgs(const Ops ops, const float* __restrict__ bias, float* __restrict__ y, const WgShape s, int gx, int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (ops.skip()) return;  // ct2d_wgf: the launch that is not for this call's x (see WgfFp16Ops)
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES];  // full[S], free[S]
   int* off = reinterpret_cast<int*>(smem);
@@ -755,6 +760,10 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
   const int w = wgi - 1;
   const int co_w = (w % s.cwn) * 64, p0 = (w / s.cwn) * WG_N;
   const float scale = ops.scale();
+  // staggered consumers: consumer 1 starts once consumer 0 has issued s.stagger chunks, and stays
+  // that far behind, so one consumer's epilogue runs while the other's MMAs keep the tensor cores
+  // busy (each alone can issue them at the full rate); the stages are released by both
+  if (Ops::kStagger && s.stagger && w == 1) asm volatile("bar.sync 3, 256;\n" ::: "memory");
   int st = 0, ph = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
@@ -772,12 +781,20 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
       wg_wait1();  // chunk c - 1's MMAs are done: its stage can be refilled
       pin(acc);
       if (c >= 1 && (tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
+      if (Ops::kStagger && s.stagger && w == 0 && item == (int)blockIdx.x && c == s.stagger - 1)
+        asm volatile("bar.arrive 3, 256;\n" ::: "memory");
       prev = st;
       if (++st == S) st = 0, ph ^= 1;
     }
     wg_wait0();
     pin(acc);
-    if (s.epi_vec) {
+    if (Ops::kStagger && s.epi_vec && s.stagger) {
+      // staggered: each warp's own buffer after the stages; the item's last stage is released first
+      if ((tid & 31) == 0) mbar_arrive(free0 + 8 * prev);
+      const uint32_t buf = base + S * s.stage_bytes + (4 * w + (tid >> 5)) * WGE_WARP_BYTES;
+      if (s.epi_vec == 4) wg_epilogue_smem<4>(s, b, acc, bias, y, tid, co_w, p0, buf, scale);
+      else wg_epilogue_smem<2>(s, b, acc, bias, y, tid, co_w, p0, buf, scale);
+    } else if (s.epi_vec) {
       // the last chunk's stage is the epilogue's buffer once both consumers' MMAs have read it; it
       // is released after the epilogue (the fence orders these generic accesses before the
       // producer's next copies into it)
@@ -931,21 +948,28 @@ __global__ void wgh_split(const float* __restrict__ x, const unsigned* __restric
   xs[o + half_elems] = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-// One chunk's input planes by the producer warpgroup: warp w copies plane w (= 2 * lo + ci half)
-// of positions lane + 32 j, 16 bytes each (a warp instruction: 512 contiguous bytes either side).
+// One chunk's input planes by the producer warpgroup (P parts: [hi ci 0-7, hi ci 8-15, lo ci 0-7,
+// lo ci 8-15] for P = 2, the first two for P = 1): with P = 2 warp w copies plane w, with P = 1 warps
+// w and w + 2 share plane w % 2 (alternate 32-position runs); 16 bytes per position, so a warp
+// instruction copies 512 contiguous bytes either side.
+template <int P>
 __device__ __forceinline__ void wgh_stage_input(const WgShape& s, const WgBlock& b, const uint4* __restrict__ xs,
                                                 int64_t half_elems, const int* off, uint32_t sb, int chunk, int tid) {
+  constexpr int QS = 64 / P;  // positions between a lane's copies
   const int warp = tid >> 5, lane = tid & 31, hw = s.Hin * s.Win;
-  const uint4* src = xs + (warp >> 1) * half_elems + ((int64_t)b.n * 2 * s.chunks + 2 * chunk + (warp & 1)) * hw;
-  uint32_t d = sb + s.wbytes + warp * s.S * 16 + lane * 16;
+  const int plane = P == 2 ? warp : (warp & 1), q0 = P == 2 ? lane : lane + 32 * (warp >> 1);
+  const uint4* src = xs + (plane >> 1) * half_elems + ((int64_t)b.n * 2 * s.chunks + 2 * chunk + (plane & 1)) * hw;
+  uint32_t d = sb + s.wbytes + plane * s.S * 16 + q0 * 16;
 #pragma unroll 4
-  for (int q = lane; q < s.S; q += 32, d += 512) {
+  for (int q = q0; q < s.S; q += QS, d += QS * 16) {
     const int o = off[q];
     cp_async16z(d, reinterpret_cast<const float*>(src + (o >= 0 ? o : 0)), o >= 0 ? 16u : 0u);
   }
 }
 
-// All taps of one chunk for one consumer: flat pixels p0..p0+255, the block's 64 channels.
+// All taps of one chunk for one consumer: flat pixels p0..p0+255, the block's 64 channels; P = 2:
+// a_lo*b_hi + a_hi*b_lo + a_hi*b_hi per tap (3xFP16), P = 1: a_hi*b_hi.
+template <int P>
 __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128], uint32_t sb, int p0) {
   const uint32_t plane = s.S * 16, bh = sb + s.wbytes + p0 * 16;
   uint64_t da = wg_desc(sb, 128, 256);
@@ -957,8 +981,10 @@ __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128
     uint64_t db = db0 - (uint64_t)(kh * row_step);
 #pragma unroll 1
     for (int kw = 0; kw < s.KW; ++kw) {
-      wgmma_m64n256k16_f16(acc, da + da_lo, db);  // the small terms first
-      wgmma_m64n256k16_f16(acc, da, db + db_lo);
+      if (P == 2) {
+        wgmma_m64n256k16_f16(acc, da + da_lo, db);  // the small terms first
+        wgmma_m64n256k16_f16(acc, da, db + db_lo);
+      }
       wgmma_m64n256k16_f16(acc, da, db);
       da += (64 * 32) >> 4;  // the next tap's 64 x 16 weights
       db -= s.dil_w;
@@ -966,29 +992,118 @@ __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128
   }
 }
 
-// ct2d_wgh = ct2d_wgs<WghFp16Ops>: the fp16 stages above (consumers on pixel halves, s.cwn = 1);
-// ew: the weights' scale exponent, amax: x's largest finite magnitude (wgh_amax).
-struct WghFp16Ops {
+// What ct2d_wgh (P = 2) and ct2d_wgf (P = 1) share: a chunk's stage (the weights of the block's 64
+// channels, P x taps x 64 x 16 fp16, with one contiguous bulk copy; the input planes) and its MMAs.
+template <int P>
+struct WgFp16Stage {
   const uint4* __restrict__ xs;
   int64_t half_elems;
-  const unsigned* __restrict__ amax;
   const __half* __restrict__ wh;
-  int ew;
   __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
                                         uint32_t full) const {
-    if (tid == 0) {  // the chunk's weights of the block's 64 channels: one contiguous bulk copy
+    if (tid == 0) {
       const __half* src = wh + ((int64_t)(b.co0 / 64) * s.chunks + c) * (s.wbytes / 2);
       mbar_arrive_expect_tx(full, s.wbytes);
       bulk_copy(sb, reinterpret_cast<const float*>(src), s.wbytes, full);
     }
-    wgh_stage_input(s, b, xs, half_elems, off, sb, c, tid);
+    wgh_stage_input<P>(s, b, xs, half_elems, off, sb, c, tid);
   }
   __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
                                       int p0) const {
-    wgh_mma_chunk(s, acc, sb, p0);
+    wgh_mma_chunk<P>(s, acc, sb, p0);
   }
-  __device__ __forceinline__ float scale() const { return ldexpf(1.f, -(wgh_exp(*amax) + ew)); }
 };
+
+// ct2d_wgh = ct2d_wgs<WghFp16Ops>: the fp16 stages above with both parts (consumers on pixel
+// halves, s.cwn = 1); ew: the weights' scale exponent, amax: x's largest finite magnitude (wgh_amax).
+struct WghFp16Ops : WgFp16Stage<2> {
+  const unsigned* __restrict__ amax;
+  int ew;
+  __device__ __forceinline__ float scale() const { return ldexpf(1.f, -(wgh_exp(*amax) + ew)); }
+  __device__ __forceinline__ bool skip() const { return false; }
+  static constexpr bool kStagger = false;
+};
+
+// 5. ct2d_wgf (stride 1, groups 1, TF32 class; sm_90a): ct2d_wgs with one fp16 product per tap
+//    (a_hi*b_hi of ct2d_wgh): fp16 has TF32's 11-bit significand (both round to nearest), and its
+//    MMA runs at twice the TF32 rate with half the bytes staged. Its 5-bit exponent is what needs
+//    care: the weights are scaled as for ct2d_wgh; x is converted by one pre-pass (wgf_convert)
+//    that writes fp16(x) unscaled and computes its largest finite magnitude on the way. Where that
+//    lies in [2^-2, 2^15) (wgf_unscaled: no overflow, and every value down to 2^-16 of it is a
+//    normal fp16; randn and rand inputs) the kernel runs on it. Otherwise a second pass rewrites x
+//    scaled by 2^ex as for ct2d_wgh (its largest magnitude in [2^14, 2^15)) and a second launch of
+//    the kernel runs. The choice is made on the device, without a host sync: each of the two
+//    passes-after-the-first and kernel launches reads the amax first and exits at once when it is
+//    not its case.
+__device__ __forceinline__ bool wgf_unscaled(unsigned amax_bits) {
+  const int e = (int)(amax_bits >> 23) - 127;
+  return amax_bits == 0 || (e >= -2 && e <= 14);
+}
+struct WgfFp16Ops : WgFp16Stage<1> {
+  const unsigned* __restrict__ amax;
+  int ew;
+  int scaled;  // 0: the launch for an unscaled x, 1: for a rescaled one
+  __device__ __forceinline__ float scale() const {
+    const unsigned a = *amax;
+    return ldexpf(1.f, -((wgf_unscaled(a) ? 0 : wgh_exp(a)) + ew));
+  }
+  __device__ __forceinline__ bool skip() const { return wgf_unscaled(*amax) == (scaled != 0); }
+  static constexpr bool kStagger = true;
+};
+
+// x (N, Cin, H, W) -> xs[n][c8][p][8] (fp16, channels past Cin zero): WGF_PX pixels 256 apart per
+// thread, 8 channels each, loads coalesced along p (all 32 issued before any is used; 16-byte loads
+// of 4 consecutive pixels, and __ldcs, measured slower). rescale 0: unscaled, and x's largest finite
+// magnitude into *amax (zeroed before; one atomic per block, skipped where it would not raise it);
+// rescale 1: only where ct2d_wgf cannot take x unscaled (else it exits), scaled by 2^wgh_exp(amax).
+constexpr int WGF_PX = 4;
+__global__ void __launch_bounds__(256) wgf_convert(const float* __restrict__ x, unsigned* __restrict__ amax,
+                                                   uint4* __restrict__ xs, int Cin, int C8, int HW, int rescale) {
+  float sc = 1.f;
+  if (rescale) {
+    const unsigned a = *amax;
+    if (wgf_unscaled(a)) return;
+    sc = ldexpf(1.f, wgh_exp(a));
+  }
+  const int c8 = blockIdx.y, n = blockIdx.z, nc = min(8, Cin - c8 * 8);
+  const float* xp = x + ((int64_t)n * Cin + c8 * 8) * HW;
+  uint4* o = xs + ((int64_t)n * C8 + c8) * HW;
+  unsigned m = 0;
+  auto take = [&](float v) {  // finite values only
+    const unsigned b = __float_as_uint(v) & 0x7fffffffu;
+    m = b < 0x7f800000u && b > m ? b : m;
+  };
+  float v[WGF_PX][8];
+  int p[WGF_PX];
+#pragma unroll
+  for (int j = 0; j < WGF_PX; ++j) p[j] = (blockIdx.x * WGF_PX + j) * 256 + threadIdx.x;
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+#pragma unroll
+    for (int j = 0; j < WGF_PX; ++j) v[j][c] = c < nc && p[j] < HW ? xp[(int64_t)c * HW + p[j]] : 0.f;
+#pragma unroll
+  for (int j = 0; j < WGF_PX; ++j) {
+    uint32_t h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      take(v[j][2 * k]);
+      take(v[j][2 * k + 1]);
+      const __half2 hv = __floats2half2_rn(v[j][2 * k] * sc, v[j][2 * k + 1] * sc);
+      h[k] = *reinterpret_cast<const uint32_t*>(&hv);
+    }
+    if (p[j] < HW) o[p[j]] = make_uint4(h[0], h[1], h[2], h[3]);
+  }
+  if (rescale) return;
+  __shared__ unsigned wm[8];
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m = max(m, wm[i]);
+    if (m > *reinterpret_cast<volatile unsigned*>(amax)) atomicMax(amax, m);
+  }
+}
 #endif  // CT2D_WGMMA
 
 constexpr int kMaxStride = 16;  // phase kernel limits (the host raises an error naming the direct solution otherwise)
@@ -1493,23 +1608,23 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
 
 #if defined(CT2D_WGMMA)
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
-// acceptable (ct2d_wgs runs one). f16: ct2d_wgh (spec and pix_halves; chunks of 16 channels, hi and
-// lo parts of both operands in a stage, at least two stages). y_addr: the output's address (the
+// acceptable (ct2d_wgs runs one). f16: the fp16 parts per operand, 0 for TF32 (ct2d_wgh: 2, ct2d_wgf:
+// 1; both spec and pix_halves, chunks of 16 channels, at least two stages). y_addr: the output's address (the
 // epilogue's vector stores need it aligned to them). Returns the dynamic shared memory size, 0
 // where it does not fit or 32-bit offsets within a channel plane would overflow.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w, uintptr_t y_addr, bool f16 = false) {
+               int64_t dil_w, uintptr_t y_addr, int f16 = 0) {
   const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
   // on two 256-pixel halves of 512 pixels where there are at most 64 channels
   s.cwn = spec && co8 * 8 > 64 && !pix_halves ? 2 : 1;
   const int64_t pxb = spec ? WG_N * 2 / s.cwn : WG_N, cob_ch = 64 * s.cwn;
-  // per stage: the weights (ct2d_wgh: [hi, lo] x taps x 64 channels x 16 input channels of fp16),
-  // then the input's staged positions, 32 bytes each (ct2d_wgh: 64, hi and lo); the offset table
-  const int64_t wbytes = f16 ? 2 * taps * 64 * 32 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
-  auto stage_bytes = [&](int64_t S) { return (wbytes + S * (f16 ? 64 : 32) + 127) / 128 * 128; };
+  // per stage: the weights (fp16: f16 parts x taps x 64 channels x 16 input channels), then the
+  // input's staged positions, 32 bytes each (per fp16 part); the offset table
+  const int64_t wbytes = f16 ? f16 * taps * 64 * 32 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
+  auto stage_bytes = [&](int64_t S) { return (wbytes + S * 32 * std::max(f16, 1) + 127) / 128 * 128; };
   auto tab_bytes = [](int64_t S) { return (S * 4 + 127) / 128 * 128; };
   // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
@@ -1525,7 +1640,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
     const int64_t rowlen = tw + halo_w, S = pxb + halo_h * rowlen + halo_w;
-    // ct2d_wgh: two stages of the tile must fit (its weights take half of the shared memory or more)
+    // fp16 parts: two stages of the tile must fit (ct2d_wgh's weights take half of the memory or more)
     if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + slack > (size_t)kWgSmemMax) continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
     const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
@@ -1536,7 +1651,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     if (vec4 && tw % 4 == 0 && score > best4) { best4 = score; TW4 = tw; TR4 = tr; }
   }
   if (vec4 && TW4 && best4 >= best - 0.02) { TW = TW4; TR = TR4; }
-  if (TW == 0) return 0;  // ct2d_wgh: no tile fits
+  if (TW == 0) return 0;  // fp16 parts: no tile fits
   s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout; s.KH = KH; s.KW = KW;
   s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
   s.TW = TW; s.TR = TR; s.rowlen = TW + halo_w;
@@ -1557,6 +1672,17 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0 && y_addr % 8 == 0) s.epi_vec = 2;
   }
   auto need = [&](int st) { return (size_t)s.tab_bytes + (size_t)st * s.stage_bytes + slack; };
+  // ct2d_wgf: staggered consumers (ct2d_wgs) where at least 3 stages fit beside the consumer warps'
+  // own epilogue buffers, half an item's chunks apart (fewer than the stages: the leading
+  // consumer needs a stage the trailing one has released)
+  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0;
+  if (spec && f16 == 1 && chunks >= 2)
+    for (int st = WGS_MAX_STAGES; st >= 3; --st)
+      if (need(st) + epi_own <= kWgSmemMax) {
+        s.stages = st;
+        s.stagger = (int)std::min<int64_t>(chunks / 2, st - 1);
+        return need(st) + epi_own;
+      }
   if (spec) {  // one block per SM: the deepest pipeline that fits, up to WGS_MAX_STAGES
     for (int st = WGS_MAX_STAGES; st >= 2; --st)
       if (need(st) <= kWgSmemMax) { s.stages = st; return need(st); }
@@ -1614,30 +1740,39 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
   return true;
 }
 
-// fp32-class path on the warpgroup MMA (ct2d_wgh, 3xFP16): stride 1, groups 1. wh: the weights'
-// scaled fp16 parts, (ceil(Cout/64), ceil(Cin/16), 2, KH*KW, 8, 2, 8, 8) as [co block][chunk][hi,
-// lo][tap][co / 8 in the block][ci half][co % 8][ci % 8]; ew: their scale exponent. Runs the amax
-// and split pre-passes, then the kernel. Returns false where it does not apply: more MMAs per
-// accumulator than kWghMaxChain (the tensor cores' accumulation error, measured growing with
-// it), or the tiles do not fit.
-bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
-             int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
+// ct2d_wgs on P fp16 parts (ct2d_wgh, ct2d_wgf): stride 1, groups 1. wh: the weights' scaled fp16
+// parts, (ceil(Cout/64), ceil(Cin/16), P, KH*KW, 8, 2, 8, 8) as [co block][chunk][part][tap][co / 8
+// in the block][ci half][co % 8][ci % 8] (ct2d_fast.py's _fp16_parts). Plans the tiles; returns the
+// dynamic shared memory (0: the tiles do not fit), the tiles per image (gx) and work items.
+size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& wh, const torch::Tensor& y, int64_t KH,
+                int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t& gx, int64_t& items) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
-  const int64_t chunks = (Cin + 15) / 16, cob = (Cout + 63) / 64;
   TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() && wh.scalar_type() == at::kHalf &&
-                  wh.numel() == cob * chunks * 2 * KH * KW * 64 * 16,
-              "3xFP16 weight copy: expected half (ceil(Cout/64), ceil(Cin/16), 2, KH*KW, 8, 2, 8, 8)");
-  if (N > 65535 || chunks * KH * KW * 3 > kWghMaxChain) return false;
-  WgShape s;
+                  wh.numel() == (Cout + 63) / 64 * ((Cin + 15) / 16) * P * KH * KW * 64 * 16,
+              "fp16 weight parts: expected half (ceil(Cout/64), ceil(Cin/16), ", P, ", KH*KW, 8, 2, 8, 8)");
+  if (N > 65535) return 0;
   const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
-                              reinterpret_cast<uintptr_t>(y.data_ptr()), true);
-  if (!smem) return false;
-  const int64_t gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
-  const int64_t items = gx * N;
-  if (items >= (int64_t(1) << 31)) return false;
+                              reinterpret_cast<uintptr_t>(y.data_ptr()), P);
+  if (!smem) return 0;
+  gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
+  items = gx * N;
+  return items < (int64_t(1) << 31) ? smem : 0;
+}
+
+// fp32-class path on the warpgroup MMA (ct2d_wgh, 3xFP16): wh holds hi and lo (P = 2), ew their
+// scale exponent. Runs the amax and split pre-passes, then the kernel. Returns false where it does
+// not apply: more MMAs per accumulator than kWghMaxChain (the tensor cores' accumulation error,
+// measured growing with it), or the tiles do not fit.
+bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
+             int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
+  const int64_t N = x.size(0), Cin = x.size(1), chunks = (Cin + 15) / 16;
+  WgShape s;
+  int64_t gx = 0, items = 0;
+  const size_t smem = plan_f16(s, 2, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
+  if (!smem || chunks * KH * KW * 3 > kWghMaxChain) return false;
   const int sms = sm_count();
-  const int64_t HW = Hin * Win, C8 = 2 * chunks, half_elems = N * C8 * HW;
+  const int64_t HW = x.size(2) * x.size(3), C8 = 2 * chunks, half_elems = N * C8 * HW;
   auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
   auto xs = torch::empty({2, N, C8, HW, 8}, x.options().dtype(at::kHalf));
   unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
@@ -1646,10 +1781,36 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   wgh_split<<<dim3((HW + 255) / 256, C8, N), 256, 0, stream>>>(x.data_ptr<float>(), amax_p,
                                                                reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems);
   allow_smem<ct2d_wgs<WghFp16Ops>>(kWgSmemMax);
-  const WghFp16Ops ops{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems, amax_p,
-                       reinterpret_cast<const __half*>(wh.data_ptr()), (int)ew};
+  const WghFp16Ops ops{{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems,
+                        reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew};
   ct2d_wgs<<<(int)std::min<int64_t>(items, sms), WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s,
                                                                                      (int)gx, (int)items);
+  return true;
+}
+
+// TF32-class path on the warpgroup MMA (ct2d_wgf, one fp16 product): wh holds hi (P = 1), ew its
+// scale exponent. wgf_convert, the kernel for an unscaled x, wgf_convert's rescale and the kernel
+// for a scaled x, in that order on the stream; the second pair exits at once unless x's largest
+// magnitude is outside [2^-2, 2^15) (see WgfFp16Ops). Returns false where the tiles do not fit.
+bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
+             int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
+  const int64_t N = x.size(0), Cin = x.size(1), HW = x.size(2) * x.size(3), C8 = 2 * ((Cin + 15) / 16);
+  WgShape s;
+  int64_t gx = 0, items = 0;
+  const size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
+  if (!smem) return false;
+  auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
+  auto xs = torch::empty({N, C8, HW, 8}, x.options().dtype(at::kHalf));
+  unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
+  uint4* xs_p = reinterpret_cast<uint4*>(xs.data_ptr());
+  const dim3 grid((HW + 256 * WGF_PX - 1) / (256 * WGF_PX), C8, N);
+  allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
+  const int blocks = (int)std::min<int64_t>(items, sm_count());
+  for (int scaled = 0; scaled < 2; ++scaled) {
+    wgf_convert<<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, scaled);
+    const WgfFp16Ops ops{{xs_p, 0, reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew, scaled};
+    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s, (int)gx, (int)items);
+  }
   return true;
 }
 #endif
@@ -1660,7 +1821,8 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 // phase kernel; wt: (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4), its
 // tensor-core variant's fragment-ordered TF32 hi and lo parts (empty: CUDA cores only); wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
 // exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs;
-// wh (half) and wh_exp: the scaled fp16 parts for ct2d_wgh (split 3, see run_wgh)
+// wh (half) and wh_exp: the scaled fp16 parts for ct2d_wgf (split 1, hi) or ct2d_wgh (split 3, hi
+// and lo; see plan_f16)
 // (wm, wg and wh may be empty where their kernel does not apply). Returns y.
 torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
                                     torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
@@ -1703,11 +1865,13 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     // faster on 71 and 78), else ct2d_mma, else the wgmma kernels where ct2d_mma does not apply
     bool done = false;
 #if defined(CT2D_WGMMA)
-    // fp32 class: 3xFP16 on the wgmma with more than 32 output channels (as for the TF32 class)
-    if (split == 3 && config == 0 && Cout > 32 && wh.numel() > 0)
-      done = run_wgh(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream);
+    // more than 32 output channels: fp16 parts on the wgmma, one (TF32 class, ct2d_wgf) or three
+    // products (fp32 class, 3xFP16, ct2d_wgh); else (or config 5, 6, 8) the TF32 wgmma kernels
+    if (config == 0 && Cout > 32 && wh.numel() > 0)
+      done = split == 1 ? run_wgf(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream)
+                        : run_wgh(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream);
     const bool wg_ok = split == 1 && wg.numel() > 0;
-    if (wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6 || config == 8))
+    if (!done && wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6 || config == 8))
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
 #endif
     if (!done && wm.numel() > 0)
