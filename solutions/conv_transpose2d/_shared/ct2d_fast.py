@@ -81,7 +81,7 @@ def _fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[
     a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
     a[:cin, :, :cout] = w * 2.0 ** e
     hi = a.to(torch.float16)
-    t = torch.stack([hi, (a - hi.double()).to(torch.float16)][:parts])  # [hl][ci][tap][co]
+    t = torch.stack([hi] if parts == 1 else [hi, (a - hi.double()).to(torch.float16)])  # [hl][ci][tap][co]
     t = t.view(parts, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8
     return t.permute(5, 1, 0, 4, 6, 2, 7, 3).contiguous(), e
 

@@ -872,7 +872,7 @@ __global__ void __launch_bounds__(WG_THREADS, 3)
 //    2^-22 |v| for normal parts (2^-25 absolute in the scaled units below that). Each tap runs
 //    a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (a_lo*b_lo ~ 2^-22 dropped) into one fp32 accumulator,
 //    and the epilogue multiplies by 2^-(ex + ew) (exact) before adding the bias. A pre-pass
-//    (wgh_split) writes x's scaled parts as [hi, lo][n][ci / 8][ih * Win + iw][ci % 8] (16 bytes
+//    (fp16_convert) writes x's scaled parts as [hi, lo][n][ci / 8][ih * Win + iw][ci % 8] (16 bytes
 //    per pixel and 8 channels), so the producer stages the input with 16-byte cp.async copies.
 //    Block: 64 output channels x two consumers on 256-pixel halves of 512 flat pixels (ct2d_wgs's
 //    pixel-halves layout); a chunk is 16 input channels (the k16); a stage holds the chunk's weights
@@ -900,15 +900,18 @@ __device__ __forceinline__ int wgh_exp(unsigned amax_bits) {
   return min(max(e, -113), 100);
 }
 
-// Largest finite |x| as float bits (non-negative floats order as unsigned integers; inf and NaN
-// are skipped, so they do not spoil the scale of the finite values), into *out (zeroed before).
+// max(m, |v|) as float bits where v is finite, else m: non-negative floats order as unsigned
+// integers; inf and NaN are skipped, so they do not spoil the scale of the finite values
+__device__ __forceinline__ unsigned finite_amax(unsigned m, float v) {
+  const unsigned b = __float_as_uint(v) & 0x7fffffffu;
+  return b < 0x7f800000u && b > m ? b : m;
+}
+
+// Largest finite |x| as float bits into *out (zeroed before).
 __global__ void wgh_amax(const float* __restrict__ x, int64_t n, unsigned* __restrict__ out) {
   unsigned m = 0;
   const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
-  auto take = [&](float v) {
-    const unsigned b = __float_as_uint(v) & 0x7fffffffu;
-    m = b < 0x7f800000u && b > m ? b : m;
-  };
+  auto take = [&](float v) { m = finite_amax(m, v); };
   if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     for (int64_t i = i0; i < n / 4; i += step) {
@@ -921,31 +924,6 @@ __global__ void wgh_amax(const float* __restrict__ x, int64_t n, unsigned* __res
   }
   m = __reduce_max_sync(0xffffffffu, m);
   if ((threadIdx.x & 31) == 0 && m) atomicMax(out, m);
-}
-
-// x (N, Cin, H, W) -> xs[hi, lo][n][c8][p][8] (fp16, 16 bytes per pixel p and 8 channels; channels
-// past Cin zero): one thread per (n, c8, p), reading its 8 channels coalesced along p.
-__global__ void wgh_split(const float* __restrict__ x, const unsigned* __restrict__ amax, uint4* __restrict__ xs,
-                          int Cin, int C8, int HW, int64_t half_elems) {
-  const int p = blockIdx.x * blockDim.x + threadIdx.x, c8 = blockIdx.y, n = blockIdx.z;
-  if (p >= HW) return;
-  const float sc = ldexpf(1.f, wgh_exp(*amax));
-  const float* xp = x + ((int64_t)n * Cin + c8 * 8) * HW + p;
-  uint32_t h[4], l[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int c = c8 * 8 + 2 * k;
-    const float v0 = c < Cin ? xp[(int64_t)(2 * k) * HW] * sc : 0.f;
-    const float v1 = c + 1 < Cin ? xp[(int64_t)(2 * k + 1) * HW] * sc : 0.f;
-    const __half2 hi = __floats2half2_rn(v0, v1);
-    const float2 hf = __half22float2(hi);
-    const __half2 lo = __floats2half2_rn(v0 - hf.x, v1 - hf.y);
-    h[k] = *reinterpret_cast<const uint32_t*>(&hi);
-    l[k] = *reinterpret_cast<const uint32_t*>(&lo);
-  }
-  const int64_t o = ((int64_t)n * C8 + c8) * HW + p;
-  xs[o] = make_uint4(h[0], h[1], h[2], h[3]);
-  xs[o + half_elems] = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
 // One chunk's input planes by the producer warpgroup (P parts: [hi ci 0-7, hi ci 8-15, lo ci 0-7,
@@ -1027,7 +1005,7 @@ struct WghFp16Ops : WgFp16Stage<2> {
 // 5. ct2d_wgf (stride 1, groups 1, TF32 class; sm_90a): ct2d_wgs with one fp16 product per tap
 //    (a_hi*b_hi of ct2d_wgh): fp16 has TF32's 11-bit significand (both round to nearest), and its
 //    MMA runs at twice the TF32 rate with half the bytes staged. Its 5-bit exponent is what needs
-//    care: the weights are scaled as for ct2d_wgh; x is converted by one pre-pass (wgf_convert)
+//    care: the weights are scaled as for ct2d_wgh; x is converted by one pre-pass (fp16_convert)
 //    that writes fp16(x) unscaled and computes its largest finite magnitude on the way. Where that
 //    lies in [2^-2, 2^15) (wgf_unscaled: no overflow, and every value down to 2^-16 of it is a
 //    normal fp16; randn and rand inputs) the kernel runs on it. Otherwise a second pass rewrites x
@@ -1051,28 +1029,30 @@ struct WgfFp16Ops : WgFp16Stage<1> {
   static constexpr bool kStagger = true;
 };
 
-// x (N, Cin, H, W) -> xs[n][c8][p][8] (fp16, channels past Cin zero): WGF_PX pixels 256 apart per
-// thread, 8 channels each, loads coalesced along p (all 32 issued before any is used; 16-byte loads
-// of 4 consecutive pixels, and __ldcs, measured slower). rescale 0: unscaled, and x's largest finite
-// magnitude into *amax (zeroed before; one atomic per block, skipped where it would not raise it);
-// rescale 1: only where ct2d_wgf cannot take x unscaled (else it exits), scaled by 2^wgh_exp(amax).
+// x (N, Cin, H, W) -> xs[part][n][c8][p][8]: P fp16 parts (hi = fp16(v); for P = 2 also lo =
+// fp16(v - hi) at xs + half_elems), 16 bytes per pixel p and 8 channels, channels past Cin zero.
+// WGF_PX pixels 256 apart per thread, 8 channels each, loads coalesced along p (all 32 issued
+// before any is used; 16-byte loads of 4 consecutive pixels, and __ldcs, measured slower). mode:
+// kConvertUnscaled: v = x, and x's largest finite magnitude into *amax (zeroed before; one atomic
+// per block, skipped where it would not raise it; ct2d_wgf); kConvertScaled: v = x * 2^wgh_exp(amax)
+// (ct2d_wgh, after wgh_amax); kConvertRescale: the same, only where ct2d_wgf cannot take x unscaled
+// (else it exits).
 constexpr int WGF_PX = 4;
-__global__ void __launch_bounds__(256) wgf_convert(const float* __restrict__ x, unsigned* __restrict__ amax,
-                                                   uint4* __restrict__ xs, int Cin, int C8, int HW, int rescale) {
+enum ConvertMode { kConvertUnscaled, kConvertScaled, kConvertRescale };
+template <int P>
+__global__ void __launch_bounds__(256) fp16_convert(const float* __restrict__ x, unsigned* __restrict__ amax,
+                                                    uint4* __restrict__ xs, int Cin, int C8, int HW,
+                                                    int64_t half_elems, int mode) {
   float sc = 1.f;
-  if (rescale) {
+  if (mode != kConvertUnscaled) {
     const unsigned a = *amax;
-    if (wgf_unscaled(a)) return;
+    if (mode == kConvertRescale && wgf_unscaled(a)) return;
     sc = ldexpf(1.f, wgh_exp(a));
   }
   const int c8 = blockIdx.y, n = blockIdx.z, nc = min(8, Cin - c8 * 8);
   const float* xp = x + ((int64_t)n * Cin + c8 * 8) * HW;
   uint4* o = xs + ((int64_t)n * C8 + c8) * HW;
   unsigned m = 0;
-  auto take = [&](float v) {  // finite values only
-    const unsigned b = __float_as_uint(v) & 0x7fffffffu;
-    m = b < 0x7f800000u && b > m ? b : m;
-  };
   float v[WGF_PX][8];
   int p[WGF_PX];
 #pragma unroll
@@ -1083,17 +1063,25 @@ __global__ void __launch_bounds__(256) wgf_convert(const float* __restrict__ x, 
     for (int j = 0; j < WGF_PX; ++j) v[j][c] = c < nc && p[j] < HW ? xp[(int64_t)c * HW + p[j]] : 0.f;
 #pragma unroll
   for (int j = 0; j < WGF_PX; ++j) {
-    uint32_t h[4];
+    uint32_t h[4], l[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      take(v[j][2 * k]);
-      take(v[j][2 * k + 1]);
-      const __half2 hv = __floats2half2_rn(v[j][2 * k] * sc, v[j][2 * k + 1] * sc);
-      h[k] = *reinterpret_cast<const uint32_t*>(&hv);
+      if (mode == kConvertUnscaled) m = finite_amax(finite_amax(m, v[j][2 * k]), v[j][2 * k + 1]);
+      const float v0 = v[j][2 * k] * sc, v1 = v[j][2 * k + 1] * sc;
+      const __half2 hi = __floats2half2_rn(v0, v1);
+      h[k] = *reinterpret_cast<const uint32_t*>(&hi);
+      if (P == 2) {
+        const float2 hf = __half22float2(hi);
+        const __half2 lo = __floats2half2_rn(v0 - hf.x, v1 - hf.y);
+        l[k] = *reinterpret_cast<const uint32_t*>(&lo);
+      }
     }
-    if (p[j] < HW) o[p[j]] = make_uint4(h[0], h[1], h[2], h[3]);
+    if (p[j] < HW) {
+      o[p[j]] = make_uint4(h[0], h[1], h[2], h[3]);
+      if (P == 2) o[p[j] + half_elems] = make_uint4(l[0], l[1], l[2], l[3]);
+    }
   }
-  if (rescale) return;
+  if (mode != kConvertUnscaled) return;
   __shared__ unsigned wm[8];
   m = __reduce_max_sync(0xffffffffu, m);
   if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = m;
@@ -1778,8 +1766,8 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
   const int64_t n = x.numel();
   wgh_amax<<<(int)std::min<int64_t>((n / 4 + 255) / 256 + 1, 8 * sms), 256, 0, stream>>>(x.data_ptr<float>(), n, amax_p);
-  wgh_split<<<dim3((HW + 255) / 256, C8, N), 256, 0, stream>>>(x.data_ptr<float>(), amax_p,
-                                                               reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems);
+  fp16_convert<2><<<dim3((HW + 256 * WGF_PX - 1) / (256 * WGF_PX), C8, N), 256, 0, stream>>>(
+      x.data_ptr<float>(), amax_p, reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems, kConvertScaled);
   allow_smem<ct2d_wgs<WghFp16Ops>>(kWgSmemMax);
   const WghFp16Ops ops{{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems,
                         reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew};
@@ -1789,7 +1777,7 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 }
 
 // TF32-class path on the warpgroup MMA (ct2d_wgf, one fp16 product): wh holds hi (P = 1), ew its
-// scale exponent. wgf_convert, the kernel for an unscaled x, wgf_convert's rescale and the kernel
+// scale exponent. fp16_convert, the kernel for an unscaled x, fp16_convert's rescale and the kernel
 // for a scaled x, in that order on the stream; the second pair exits at once unless x's largest
 // magnitude is outside [2^-2, 2^15) (see WgfFp16Ops). Returns false where the tiles do not fit.
 bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
@@ -1807,7 +1795,8 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
   const int blocks = (int)std::min<int64_t>(items, sm_count());
   for (int scaled = 0; scaled < 2; ++scaled) {
-    wgf_convert<<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, scaled);
+    fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0,
+                                              scaled ? kConvertRescale : kConvertUnscaled);
     const WgfFp16Ops ops{{xs_p, 0, reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew, scaled};
     ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s, (int)gx, (int)items);
   }
