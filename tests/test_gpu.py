@@ -58,7 +58,9 @@ WGH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, wgh expe
 WGF_SHAPES = [s[:-1] + (True,) for s in WGH_SHAPES] + [(2, 24, 72, (3, 7), 17, 45, (1, 3), 1, True, True)]
 
 
-def _fp16_wgmma_case(shape, scale, cls, kernel):
+def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True):
+    """One fast-solution call on `shape` (x scaled by `scale`) against float64 at the class's
+    tolerance, with `kernel` (a substring of a launched kernel's name) expected to run or not."""
     import sys
 
     import torch
@@ -67,7 +69,7 @@ def _fp16_wgmma_case(shape, scale, cls, kernel):
     from harness import REPO_ROOT
     from harness.numerics import compare
 
-    if torch.cuda.get_device_capability() != (9, 0):
+    if sm90 and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the fp16 wgmma kernels are built for sm_90a only")
     sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
     import ct2d_fast
@@ -76,6 +78,7 @@ def _fp16_wgmma_case(shape, scale, cls, kernel):
     bias = bias and scale == 1.0
     torch.manual_seed(0)
     model = getattr(ct2d_fast, cls)(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda()
+    model.config = config
     x = (torch.rand(n, cin, h, w, device="cuda") if cls.endswith("FP32") else torch.randn(n, cin, h, w, device="cuda"))
     x = x * scale
     with torch.no_grad():
@@ -97,10 +100,29 @@ def _fp16_wgmma_case(shape, scale, cls, kernel):
 @pytest.mark.parametrize("scale", [1.0, 3e4, 1e-6])
 @pytest.mark.parametrize("shape", WGH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
 def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
-    _fp16_wgmma_case(shape, scale, "FastConvTranspose2dFP32", "WghFp16Ops")  # ct2d_wgh
+    _fast_kernel_case(shape, scale, "FastConvTranspose2dFP32", "WghFp16Ops")  # ct2d_wgh
 
 
 @pytest.mark.parametrize("scale", [1.0, 3e3, 1e5, 1e-6])
 @pytest.mark.parametrize("shape", WGF_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
 def test_fast_wgmma_fp16_kernel_is_tf32_class(shape, scale):
-    _fp16_wgmma_case(shape, scale, "FastConvTranspose2d", "WgfFp16Ops")  # ct2d_wgf
+    _fast_kernel_case(shape, scale, "FastConvTranspose2d", "WgfFp16Ops")  # ct2d_wgf
+
+
+# ct2d_mma (mma.sync; 71 and 78 in both classes): its epilogue through shared memory with 4-float
+# stores (Wout a multiple of 4, not of 8), 2-float (even) and direct fragment stores (odd, or a
+# multiple of 8), with a partial last tile column, bias, dilation; MT = 2 (32 channels) and MT = 4
+# (64, forced with config 4 on Hopper builds, where the wgmma kernels would take it).
+MMA_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected)
+    (2, 32, 32, (3, 7), 11, 100, (1, 3), 1, True, True),   # Wout 100: 4-float stores
+    (2, 20, 32, (3, 3), 13, 70, 1, 1, True, True),         # Wout 70: 2-float
+    (1, 12, 64, (3, 5), 7, 33, 0, (2, 1), False, True),    # Wout 37: direct
+    (1, 16, 64, (3, 3), 9, 126, 0, 1, True, True),         # Wout 128: direct, MT = 4
+    (1, 8, 64, (3, 7), 5, 92, (0, 3), 1, True, True),      # Wout 92: 4-float, MT = 4
+]
+
+
+@pytest.mark.parametrize("cls", ["FastConvTranspose2d", "FastConvTranspose2dFP32"])
+@pytest.mark.parametrize("shape", MMA_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
+def test_fast_mma_kernel_is_correct(shape, cls):
+    _fast_kernel_case(shape, 1.0, cls, "ct2d_mma", config=4, sm90=False)

@@ -96,6 +96,7 @@ struct MmaShape {
   int rows, rowlen, plane;         // staged input rows; row and channel-plane strides (floats)
   int vec, units;                  // copy unit: 4 columns (16 bytes) or 1; units per staged row
   int stages, chunks;              // cp.async pipeline depth; Cin padded to 8 / 8
+  int epi;                         // epilogue through shared memory with 4- or 2-float stores, 0: direct
 };
 
 // Implicit GEMM per image: D[co][pixel] = sum_{ci,kh,kw} W[co][ci,kh,kw] * X[ci,kh,kw][pixel].
@@ -308,9 +309,57 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
           for (int k = 0; k < 4; ++k) acc[i][j][k] += part[i][j][k];
     }
   }
-  if (!active) return;
-
   // epilogue: C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1)
+  if (s.epi) {
+    // through shared memory (s.epi = V floats per store; every stage is free once all warps are
+    // past the last chunk): each warp moves its BM channel rows x NT*8 pixels in MT pieces of 16
+    // rows through its own 16 x (NT*8 + 8)-float buffer (fragment pairs in: rows 8 mod 32 floats
+    // apart, conflict-free), then writes V-float vectors along each channel row, so one store
+    // instruction writes 32 / (NT*8 / V) contiguous row runs instead of 8 channel rows' 32 bytes
+    cp_async_wait_0();
+    __syncthreads();
+    if (!active) return;
+    constexpr int LD = NT * 8 + 8;
+    float* buf = smem + warp * 16 * LD;
+    const int ow = ow0 + col0, ncols = min(NT * 8, s.Wout - ow);
+    const int64_t cstride = (int64_t)s.Hout * s.Wout;
+    float* yrow = y + (((int64_t)n * s.Cout + co0) * s.Hout + oh0 + wr) * s.Wout + ow;
+    auto store = [&](auto vec) {
+      constexpr int V = decltype(vec)::value, L = NT * 8 / V, RPI = 32 / L;
+      const int r0 = lane / L, c = (lane % L) * V;
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            *reinterpret_cast<float2*>(buf + (g + 8 * h) * LD + 8 * j + 2 * t) =
+                make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        __syncwarp();
+        if (c < ncols) {
+#pragma unroll
+          for (int r = r0; r < 16; r += RPI) {
+            const float b0 = bias ? bias[co0 + 16 * i + r] : 0.f;
+            float* dst = yrow + (16 * i + r) * cstride + c;
+            if constexpr (V == 4) {
+              float4 v = *reinterpret_cast<const float4*>(buf + r * LD + c);
+              v.x += b0; v.y += b0; v.z += b0; v.w += b0;
+              __stcs(reinterpret_cast<float4*>(dst), v);
+            } else {
+              float2 v = *reinterpret_cast<const float2*>(buf + r * LD + c);
+              v.x += b0; v.y += b0;
+              __stcs(reinterpret_cast<float2*>(dst), v);
+            }
+          }
+        }
+        __syncwarp();
+      }
+    };
+    if (s.epi == 4) store(std::integral_constant<int, 4>{});
+    else store(std::integral_constant<int, 2>{});
+    return;
+  }
+  if (!active) return;
   float* yn = y + (int64_t)n * s.Cout * s.Hout * s.Wout;
   const int oh = oh0 + wr;
 #pragma unroll
@@ -1584,6 +1633,17 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   s.stages = 3 * stage + tab <= per_block ? 3 : 2;
   if (s.stages * stage + tab > per_block) return false;
   const size_t smem = s.stages * stage + tab;
+  // the epilogue through shared memory (ct2d_mma's s.epi) where the direct fragment stores' 32-byte
+  // runs would not be whole sectors (Wout not a multiple of 8 or y not 32-byte aligned; H200, one
+  // process: 71 0.669 to 0.624 ms; 78, whose rows are aligned, 1.003 against 1.021) and the warps'
+  // buffers fit in the stages: 4-float stores where Wout is a multiple of 4 and y 16-byte aligned
+  // (every warp's first column is a multiple of 64), 2-float where it is even and y 8-byte aligned
+  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
+  if ((Wout % 8 != 0 || y_addr % 32 != 0) &&
+      (size_t)(THREADS / 32) * 16 * (nt * 8 + 8) * sizeof(float) <= s.stages * stage) {
+    if (Wout % 4 == 0 && y_addr % 16 == 0) s.epi = 4;
+    else if (Wout % 2 == 0 && y_addr % 8 == 0) s.epi = 2;
+  }
   if (split == 3) {
     if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
     return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
