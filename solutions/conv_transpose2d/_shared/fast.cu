@@ -416,6 +416,7 @@ struct WgShape {
   int wbytes, stage_bytes, tab_bytes;  // per stage: weights (64 cwn channels max), whole stage; offset table
   int epi_vec;                     // epilogue through shared memory (wg_epilogue_smem) with 4- or 2-float stores, 0: direct
   int stagger;                     // ct2d_wgs: consumer 1 runs this many chunks behind consumer 0 (0: in step)
+  int raw;                         // ct2d_wgf: its producer's raw ring, bytes after the stages' start (0: none)
 };
 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -755,12 +756,18 @@ constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB 
 // fp16 ones (WghFp16Ops for ct2d_wgh, WgfFp16Ops for ct2d_wgf, below): a chunk's copies into a
 // stage, its MMAs, the output scale, and whether this launch has nothing to do (skip).
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// a producer thread's own state across its chunks (Ops::kDirect): the largest finite magnitude it
+// staged (bits), the raw ring's shared address
+struct WgProducer {
+  unsigned amax;
+  uint32_t raw;
+};
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 struct WgsTf32Ops {
   const float* __restrict__ x;
   const float* __restrict__ wg;
   __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
-                                        uint32_t full) const {
+                                        uint32_t full, WgProducer&) const {
     if (tid < 32) wg_bulk_weights(s, b, wg, sb, c, tid, full);
     wg_stage_input(s, b, x, off, sb, c, tid);
   }
@@ -770,7 +777,10 @@ struct WgsTf32Ops {
   }
   __device__ __forceinline__ float scale() const { return 1.f; }
   __device__ __forceinline__ bool skip() const { return false; }
+  __device__ __forceinline__ void begin(const WgShape&, const WgBlock&, const int*, int, WgProducer&) const {}
+  __device__ __forceinline__ void done(const WgProducer&, int) const {}
   static constexpr bool kStagger = false;  // staggered consumers (s.stagger) compiled in
+  static constexpr bool kDirect = false;   // stage() writes the input itself (not with cp.async copies)
 };
 template <class Ops>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
@@ -791,19 +801,27 @@ __global__ void __launch_bounds__(WGS_THREADS, 1)
   if (wgi == 0) {
     // stage st of the block's chunk g = st + S k; k's parity is ph (incremental: no division)
     int g = 0, st = 0, ph = 0;
+    WgProducer pr{0u, base + s.raw};
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
       producer_sync();  // every producer thread has issued the previous item's copies
       wg_offsets(s, b, off, tid, WG_THREADS);
       producer_sync();
+      ops.begin(s, b, off, tid, pr);
       for (int c = 0; c < chunks; ++c, ++g) {
         if (g >= S) mbar_wait(free0 + 8 * st, ph ^ 1);  // consumers are done with chunk g - S
-        ops.stage(s, b, off, base + st * s.stage_bytes, c, tid, full0 + 8 * st);
-        cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
+        ops.stage(s, b, off, base + st * s.stage_bytes, c, tid, full0 + 8 * st, pr);
+        if constexpr (Ops::kDirect) {
+          fence_proxy_async();  // this thread's shared stores, seen by the wgmma (async proxy)
+          mbar_arrive(full0 + 8 * st);
+        } else {
+          cp_async_mbar_arrive_noinc(full0 + 8 * st);  // arrives once this thread's copies have landed
+        }
         if (++st == S) st = 0, ph ^= 1;
       }
     }
     cp_async_wait_0();
+    ops.done(pr, tid);
     return;
   }
   const int w = wgi - 1;
@@ -1021,24 +1039,29 @@ __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128
 
 // What ct2d_wgh (P = 2) and ct2d_wgf (P = 1) share: a chunk's stage (the weights of the block's 64
 // channels, P x taps x 64 x 16 fp16, with one contiguous bulk copy; the input planes) and its MMAs.
+__device__ __forceinline__ void wgh_bulk_weights(const WgShape& s, const WgBlock& b, const __half* __restrict__ wh,
+                                                 uint32_t sb, int c, uint32_t full) {
+  const __half* src = wh + ((int64_t)(b.co0 / 64) * s.chunks + c) * (s.wbytes / 2);
+  mbar_arrive_expect_tx(full, s.wbytes);
+  bulk_copy(sb, reinterpret_cast<const float*>(src), s.wbytes, full);
+}
 template <int P>
 struct WgFp16Stage {
   const uint4* __restrict__ xs;
   int64_t half_elems;
   const __half* __restrict__ wh;
   __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
-                                        uint32_t full) const {
-    if (tid == 0) {
-      const __half* src = wh + ((int64_t)(b.co0 / 64) * s.chunks + c) * (s.wbytes / 2);
-      mbar_arrive_expect_tx(full, s.wbytes);
-      bulk_copy(sb, reinterpret_cast<const float*>(src), s.wbytes, full);
-    }
+                                        uint32_t full, WgProducer&) const {
+    if (tid == 0) wgh_bulk_weights(s, b, wh, sb, c, full);
     wgh_stage_input<P>(s, b, xs, half_elems, off, sb, c, tid);
   }
   __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
                                       int p0) const {
     wgh_mma_chunk<P>(s, acc, sb, p0);
   }
+  __device__ __forceinline__ void begin(const WgShape&, const WgBlock&, const int*, int, WgProducer&) const {}
+  __device__ __forceinline__ void done(const WgProducer&, int) const {}
+  static constexpr bool kDirect = false;
 };
 
 // ct2d_wgh = ct2d_wgs<WghFp16Ops>: the fp16 stages above with both parts (consumers on pixel
@@ -1054,18 +1077,111 @@ struct WghFp16Ops : WgFp16Stage<2> {
 // 5. ct2d_wgf (stride 1, groups 1, TF32 class; sm_90a): ct2d_wgs with one fp16 product per tap
 //    (a_hi*b_hi of ct2d_wgh): fp16 has TF32's 11-bit significand (both round to nearest), and its
 //    MMA runs at twice the TF32 rate with half the bytes staged. Its 5-bit exponent is what needs
-//    care: the weights are scaled as for ct2d_wgh; x is converted by one pre-pass (fp16_convert)
-//    that writes fp16(x) unscaled and computes its largest finite magnitude on the way. Where that
-//    lies in [2^-2, 2^15) (wgf_unscaled: no overflow, and every value down to 2^-16 of it is a
-//    normal fp16; randn and rand inputs) the kernel runs on it. Otherwise a second pass rewrites x
-//    scaled by 2^ex as for ct2d_wgh (its largest magnitude in [2^14, 2^15)) and a second launch of
-//    the kernel runs. The choice is made on the device, without a host sync: each of the two
-//    passes-after-the-first and kernel launches reads the amax first and exits at once when it is
-//    not its case.
+//    care: the weights are scaled as for ct2d_wgh. x is converted to fp16 unscaled, and its largest
+//    finite magnitude computed on the way, either
+//    - by the kernel's producer as it stages x (WgdFp16Ops: raw fp32 copies into a ring of
+//      buffers, converted in shared memory; no pre-pass), where the block has all output channels
+//      (x is read once) and the ring leaves room for three stages with staggered consumers, or
+//    - by a pre-pass (fp16_convert) whose copy the kernel stages (WgfFp16Ops, scaled = 0).
+//    Where that magnitude lies in [2^-2, 2^15) (wgf_unscaled: no overflow, and every value down to
+//    2^-16 of it is a normal fp16; randn and rand inputs) that launch's output stands. Otherwise a
+//    pass rewrites x scaled by 2^ex as for ct2d_wgh (its largest magnitude in [2^14, 2^15)) and a
+//    last launch (WgfFp16Ops, scaled = 1) overwrites the output from it. The choice is made on the
+//    device, without a host sync: each pass and launch after the first reads the amax first and
+//    exits at once when it is not its case.
 __device__ __forceinline__ bool wgf_unscaled(unsigned amax_bits) {
   const int e = (int)(amax_bits >> 23) - 127;
   return amax_bits == 0 || (e >= -2 && e <= 14);
 }
+__device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+// ct2d_wgf's producer stages x itself (no pre-pass): per item, its chunks' halves u (8 channels:
+// chunk u / 2, channels 8 (u % 2)..+7) are copied raw (fp32, 4-byte cp.async, positions outside the
+// image and channels past Cin zero-filled) into a ring of WGR_SLOTS buffers [8 ch][S positions],
+// WGR_SLOTS - 1 halves ahead, each as one cp.async group; half u is then converted by the
+// producer into its stage's plane u % 2 of [q][8 ci] (fp16; consecutive lanes, consecutive
+// positions: conflict-free 4-byte loads, one 16-byte store per position), which also takes the
+// largest finite magnitude (m, bits).
+constexpr int WGR_SLOTS = 3;
+__device__ __forceinline__ float ld_shared_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void wgr_issue(const WgShape& s, const WgBlock& b, const float* __restrict__ x,
+                                          const int* off, uint32_t raw, int u, int tid) {
+  const int hw = s.Hin * s.Win, c0 = 8 * u, nc = min(8, s.Cin - c0);
+  const float* src = x + ((int64_t)b.n * s.Cin + min(c0, s.Cin - 1)) * hw;
+  const uint32_t dst = raw + (u % WGR_SLOTS) * s.S * 32;
+  for (int q = tid; q < s.S; q += WG_THREADS) {
+    const int o = off[q];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const bool ok = o >= 0 && k < nc;
+      cp_async4(dst + (k * s.S + q) * 4, ok ? src + k * hw + o : x, ok ? 4u : 0u);
+    }
+  }
+  cp_async_commit();
+}
+__device__ __forceinline__ void wgr_convert(const WgShape& s, uint32_t raw, uint32_t dst, int u, int tid, unsigned& m) {
+  const uint32_t src = raw + (u % WGR_SLOTS) * s.S * 32;
+  for (int q = tid; q < s.S; q += WG_THREADS) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = ld_shared_f32(src + (k * s.S + q) * 4);
+    uint32_t h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m = finite_amax(finite_amax(m, v[2 * k]), v[2 * k + 1]);
+      const __half2 hv = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+      h[k] = *reinterpret_cast<const uint32_t*>(&hv);
+    }
+    st_shared_v4(dst + q * 16, h[0], h[1], h[2], h[3]);
+  }
+}
+// ct2d_wgf's first launch: x staged unscaled by the producer (above); *amax (zeroed before) gets
+// the largest finite magnitude staged (one atomic per producer warp, at its end).
+struct WgdFp16Ops {
+  const float* __restrict__ x;
+  const __half* __restrict__ wh;
+  unsigned* __restrict__ amax;
+  int ew;
+  __device__ __forceinline__ void begin(const WgShape& s, const WgBlock& b, const int* off, int tid,
+                                        WgProducer& p) const {
+    for (int u = 0; u < WGR_SLOTS - 1; ++u)
+      if (u < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u, tid);
+      else cp_async_commit();
+  }
+  __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
+                                        uint32_t full, WgProducer& p) const {
+    if (tid == 0) wgh_bulk_weights(s, b, wh, sb, c, full);
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      const int u = 2 * c + h;
+      static_assert(WGR_SLOTS == 3, "the wait below keeps WGR_SLOTS - 2 groups in flight");
+      cp_async_wait_1();
+      producer_sync();  // every thread's copies of half u have landed; half u - 1's slot is converted
+      if (u + WGR_SLOTS - 1 < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u + WGR_SLOTS - 1, tid);
+      else cp_async_commit();
+      wgr_convert(s, p.raw, sb + s.wbytes + h * s.S * 16, u, tid, p.amax);
+    }
+  }
+  __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
+                                      int p0) const {
+    wgh_mma_chunk<1>(s, acc, sb, p0);
+  }
+  __device__ __forceinline__ float scale() const { return ldexpf(1.f, -ew); }
+  __device__ __forceinline__ bool skip() const { return false; }
+  __device__ __forceinline__ void done(const WgProducer& p, int tid) const {
+    const unsigned m = __reduce_max_sync(0xffffffffu, p.amax);
+    if ((tid & 31) == 0 && m) atomicMax(amax, m);
+  }
+  static constexpr bool kStagger = true;
+  static constexpr bool kDirect = true;
+};
+// ct2d_wgf from fp16_convert's copy of x: unscaled (after the pre-pass, scaled = 0) or rescaled (the
+// last launch, scaled = 1); each exits at once where the amax says the other one is this call's.
 struct WgfFp16Ops : WgFp16Stage<1> {
   const unsigned* __restrict__ amax;
   int ew;
@@ -1662,7 +1778,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
 // where it does not fit or 32-bit offsets within a channel plane would overflow.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w, uintptr_t y_addr, int f16 = 0) {
+               int64_t dil_w, uintptr_t y_addr, int f16 = 0, int raw_slots = 0) {
   const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
@@ -1674,6 +1790,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   const int64_t wbytes = f16 ? f16 * taps * 64 * 32 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
   auto stage_bytes = [&](int64_t S) { return (wbytes + S * 32 * std::max(f16, 1) + 127) / 128 * 128; };
   auto tab_bytes = [](int64_t S) { return (S * 4 + 127) / 128 * 128; };
+  auto raw_bytes = [&](int64_t S) { return (size_t)raw_slots * S * 32; };  // ct2d_wgf's raw ring
   // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
   const size_t slack = spec ? 4096 : 2048;
@@ -1689,7 +1806,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
     const int64_t rowlen = tw + halo_w, S = pxb + halo_h * rowlen + halo_w;
     // fp16 parts: two stages of the tile must fit (ct2d_wgh's weights take half of the memory or more)
-    if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + slack > (size_t)kWgSmemMax) continue;
+    if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + raw_bytes(S) + slack > (size_t)kWgSmemMax) continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
     const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
     const double eff = (double)Hout * Wout / ((double)tiles * pxb);
@@ -1723,17 +1840,19 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   // ct2d_wgf: staggered consumers (ct2d_wgs) where at least 3 stages fit beside the consumer warps'
   // own epilogue buffers, half an item's chunks apart (fewer than the stages: the leading
   // consumer needs a stage the trailing one has released)
-  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0;
+  // (the raw ring, where there is one, after the stages and those buffers)
+  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0, raw = raw_bytes(S);
   if (spec && f16 == 1 && chunks >= 2)
     for (int st = WGS_MAX_STAGES; st >= 3; --st)
-      if (need(st) + epi_own <= kWgSmemMax) {
+      if (need(st) + epi_own + raw <= kWgSmemMax) {
         s.stages = st;
         s.stagger = (int)std::min<int64_t>(chunks / 2, st - 1);
-        return need(st) + epi_own;
+        s.raw = st * s.stage_bytes + epi_own;
+        return need(st) + epi_own + raw;
       }
   if (spec) {  // one block per SM: the deepest pipeline that fits, up to WGS_MAX_STAGES
     for (int st = WGS_MAX_STAGES; st >= 2; --st)
-      if (need(st) <= kWgSmemMax) { s.stages = st; return need(st); }
+      if (need(st) + raw <= kWgSmemMax) { s.stages = st; s.raw = st * s.stage_bytes; return need(st) + raw; }
   } else {  // the most blocks per SM, then 3 stages if they fit
     for (int blocks = 3; blocks >= blocks_min; --blocks)
       for (int st = 3; st >= 2; --st)
@@ -1793,7 +1912,8 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
 // in the block][ci half][co % 8][ci % 8] (ct2d_fast.py's _fp16_parts). Plans the tiles; returns the
 // dynamic shared memory (0: the tiles do not fit), the tiles per image (gx) and work items.
 size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& wh, const torch::Tensor& y, int64_t KH,
-                int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t& gx, int64_t& items) {
+                int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t& gx, int64_t& items,
+                int raw_slots = 0) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
   TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() && wh.scalar_type() == at::kHalf &&
@@ -1801,7 +1921,7 @@ size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& 
               "fp16 weight parts: expected half (ceil(Cout/64), ceil(Cin/16), ", P, ", KH*KW, 8, 2, 8, 8)");
   if (N > 65535) return 0;
   const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
-                              reinterpret_cast<uintptr_t>(y.data_ptr()), P);
+                              reinterpret_cast<uintptr_t>(y.data_ptr()), P, raw_slots);
   if (!smem) return 0;
   gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   items = gx * N;
@@ -1837,28 +1957,41 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 }
 
 // TF32-class path on the warpgroup MMA (ct2d_wgf, one fp16 product): wh holds hi (P = 1), ew its
-// scale exponent. fp16_convert, the kernel for an unscaled x, fp16_convert's rescale and the kernel
-// for a scaled x, in that order on the stream; the second pair exits at once unless x's largest
-// magnitude is outside [2^-2, 2^15) (see WgfFp16Ops). Returns false where the tiles do not fit.
+// scale exponent. In order on the stream: x converted unscaled by the kernel's producer
+// (WgdFp16Ops) where the block has all output channels and the raw ring leaves three stages with
+// staggered consumers (H200, one process: 57 2.47 against 2.93 ms with the pre-pass; 65, where it
+// leaves two stages, 0.99 against 0.93; 69, two channel blocks, 1.46 against 1.29), else by
+// fp16_convert and the kernel on its copy (WgfFp16Ops, scaled = 0); then fp16_convert's rescale
+// and the kernel on the rescaled copy (scaled = 1), which exit at once unless x's largest
+// magnitude is outside [2^-2, 2^15). Returns false where the tiles do not fit.
 bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
              int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
   const int64_t N = x.size(0), Cin = x.size(1), HW = x.size(2) * x.size(3), C8 = 2 * ((Cin + 15) / 16);
   WgShape s;
   int64_t gx = 0, items = 0;
-  const size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
+  size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS);
+  const bool direct = smem && s.co_blocks == 1 && s.stagger > 0;
+  if (!direct) smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
   if (!smem) return false;
   auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
   auto xs = torch::empty({N, C8, HW, 8}, x.options().dtype(at::kHalf));
   unsigned* amax_p = reinterpret_cast<unsigned*>(amax.data_ptr<int>());
   uint4* xs_p = reinterpret_cast<uint4*>(xs.data_ptr());
+  const __half* wh_p = reinterpret_cast<const __half*>(wh.data_ptr());
   const dim3 grid((HW + 256 * WGF_PX - 1) / (256 * WGF_PX), C8, N);
-  allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
   const int blocks = (int)std::min<int64_t>(items, sm_count());
+  allow_smem<ct2d_wgs<WgdFp16Ops>>(kWgSmemMax);
+  allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
   for (int scaled = 0; scaled < 2; ++scaled) {
+    if (direct && !scaled) {
+      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgdFp16Ops{x.data_ptr<float>(), wh_p, amax_p, (int)ew}, b,
+                                                      y.data_ptr<float>(), s, (int)gx, (int)items);
+      continue;
+    }
     fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0,
                                               scaled ? kConvertRescale : kConvertUnscaled);
-    const WgfFp16Ops ops{{xs_p, 0, reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew, scaled};
-    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s, (int)gx, (int)items);
+    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgfFp16Ops{{xs_p, 0, wh_p}, amax_p, (int)ew, scaled}, b,
+                                                    y.data_ptr<float>(), s, (int)gx, (int)items);
   }
   return true;
 }
