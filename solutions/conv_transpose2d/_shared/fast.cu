@@ -763,7 +763,17 @@ struct WgProducer {
   uint32_t raw;
 };
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
-struct WgsTf32Ops {
+// What an Ops has unless it says otherwise: every launch runs, nothing before an item's chunks or
+// after the producer's last, consumers in step, the input staged with cp.async copies that arrive
+// on "full" themselves.
+struct WgOpsDefaults {
+  __device__ __forceinline__ bool skip() const { return false; }
+  __device__ __forceinline__ void begin(const WgShape&, const WgBlock&, const int*, int, WgProducer&) const {}
+  __device__ __forceinline__ void done(const WgProducer&, int) const {}
+  static constexpr bool kStagger = false;  // staggered consumers (s.stagger) compiled in
+  static constexpr bool kDirect = false;   // stage() writes the stage with shared stores (plain arrival)
+};
+struct WgsTf32Ops : WgOpsDefaults {
   const float* __restrict__ x;
   const float* __restrict__ wg;
   __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
@@ -776,11 +786,6 @@ struct WgsTf32Ops {
     wg_mma_chunk(s, b, acc, sb, co_w, p0);
   }
   __device__ __forceinline__ float scale() const { return 1.f; }
-  __device__ __forceinline__ bool skip() const { return false; }
-  __device__ __forceinline__ void begin(const WgShape&, const WgBlock&, const int*, int, WgProducer&) const {}
-  __device__ __forceinline__ void done(const WgProducer&, int) const {}
-  static constexpr bool kStagger = false;  // staggered consumers (s.stagger) compiled in
-  static constexpr bool kDirect = false;   // stage() writes the input itself (not with cp.async copies)
 };
 template <class Ops>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
@@ -1046,7 +1051,7 @@ __device__ __forceinline__ void wgh_bulk_weights(const WgShape& s, const WgBlock
   bulk_copy(sb, reinterpret_cast<const float*>(src), s.wbytes, full);
 }
 template <int P>
-struct WgFp16Stage {
+struct WgFp16Stage : WgOpsDefaults {
   const uint4* __restrict__ xs;
   int64_t half_elems;
   const __half* __restrict__ wh;
@@ -1059,9 +1064,6 @@ struct WgFp16Stage {
                                       int p0) const {
     wgh_mma_chunk<P>(s, acc, sb, p0);
   }
-  __device__ __forceinline__ void begin(const WgShape&, const WgBlock&, const int*, int, WgProducer&) const {}
-  __device__ __forceinline__ void done(const WgProducer&, int) const {}
-  static constexpr bool kDirect = false;
 };
 
 // ct2d_wgh = ct2d_wgs<WghFp16Ops>: the fp16 stages above with both parts (consumers on pixel
@@ -1070,8 +1072,6 @@ struct WghFp16Ops : WgFp16Stage<2> {
   const unsigned* __restrict__ amax;
   int ew;
   __device__ __forceinline__ float scale() const { return ldexpf(1.f, -(wgh_exp(*amax) + ew)); }
-  __device__ __forceinline__ bool skip() const { return false; }
-  static constexpr bool kStagger = false;
 };
 
 // 5. ct2d_wgf (stride 1, groups 1, TF32 class; sm_90a): ct2d_wgs with one fp16 product per tap
@@ -1142,7 +1142,7 @@ __device__ __forceinline__ void wgr_convert(const WgShape& s, uint32_t raw, uint
 }
 // ct2d_wgf's first launch: x staged unscaled by the producer (above); *amax (zeroed before) gets
 // the largest finite magnitude staged (one atomic per producer warp, at its end).
-struct WgdFp16Ops {
+struct WgdFp16Ops : WgOpsDefaults {
   const float* __restrict__ x;
   const __half* __restrict__ wh;
   unsigned* __restrict__ amax;
@@ -1172,7 +1172,6 @@ struct WgdFp16Ops {
     wgh_mma_chunk<1>(s, acc, sb, p0);
   }
   __device__ __forceinline__ float scale() const { return ldexpf(1.f, -ew); }
-  __device__ __forceinline__ bool skip() const { return false; }
   __device__ __forceinline__ void done(const WgProducer& p, int tid) const {
     const unsigned m = __reduce_max_sync(0xffffffffu, p.amax);
     if ((tid & 31) == 0 && m) atomicMax(amax, m);
@@ -1898,7 +1897,7 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
     if (items >= (int64_t(1) << 31)) return false;
     allow_smem<ct2d_wgs<WgsTf32Ops>>(kWgSmemMax);
     ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(
-        WgsTf32Ops{x.data_ptr<float>(), wg.data_ptr<float>()}, b, y.data_ptr<float>(), s, (int)gx, (int)items);
+        WgsTf32Ops{{}, x.data_ptr<float>(), wg.data_ptr<float>()}, b, y.data_ptr<float>(), s, (int)gx, (int)items);
   } else {
     allow_smem<ct2d_wg>(kWgSmemMax);
     ct2d_wg<<<dim3(gx, N), WG_THREADS, smem, stream>>>(x.data_ptr<float>(), wg.data_ptr<float>(), b,
@@ -1949,7 +1948,7 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   fp16_convert<2><<<dim3((HW + 256 * WGF_PX - 1) / (256 * WGF_PX), C8, N), 256, 0, stream>>>(
       x.data_ptr<float>(), amax_p, reinterpret_cast<uint4*>(xs.data_ptr()), Cin, C8, HW, half_elems, kConvertScaled);
   allow_smem<ct2d_wgs<WghFp16Ops>>(kWgSmemMax);
-  const WghFp16Ops ops{{reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems,
+  const WghFp16Ops ops{{{}, reinterpret_cast<const uint4*>(xs.data_ptr()), half_elems,
                         reinterpret_cast<const __half*>(wh.data_ptr())}, amax_p, (int)ew};
   ct2d_wgs<<<(int)std::min<int64_t>(items, sms), WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s,
                                                                                      (int)gx, (int)items);
@@ -1984,13 +1983,13 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
   for (int scaled = 0; scaled < 2; ++scaled) {
     if (direct && !scaled) {
-      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgdFp16Ops{x.data_ptr<float>(), wh_p, amax_p, (int)ew}, b,
+      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgdFp16Ops{{}, x.data_ptr<float>(), wh_p, amax_p, (int)ew}, b,
                                                       y.data_ptr<float>(), s, (int)gx, (int)items);
       continue;
     }
     fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0,
                                               scaled ? kConvertRescale : kConvertUnscaled);
-    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgfFp16Ops{{xs_p, 0, wh_p}, amax_p, (int)ew, scaled}, b,
+    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgfFp16Ops{{{}, xs_p, 0, wh_p}, amax_p, (int)ew, scaled}, b,
                                                     y.data_ptr<float>(), s, (int)gx, (int)items);
   }
   return true;
