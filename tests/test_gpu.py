@@ -112,10 +112,10 @@ def test_fast_wgmma_fp16_kernel_is_tf32_class(shape, scale):
     _fast_kernel_case(shape, scale, "FastConvTranspose2d", "WgdFp16Ops")  # ct2d_wgf, x staged by its producer
 
 
-# ct2d_mma (mma.sync; 71 and 78 in both classes): its epilogue through shared memory with 4-float
-# stores (Wout a multiple of 4, not of 8), 2-float (even) and direct fragment stores (odd, or a
-# multiple of 8), with a partial last tile column, bias, dilation; MT = 2 (32 channels) and MT = 4
-# (64, forced with config 4 on Hopper builds, where the wgmma kernels would take it).
+# ct2d_mma (mma.sync; 71 and 78 in the fp32 class, TF32 forced with config 9): its epilogue through
+# shared memory with 4-float stores (Wout a multiple of 4, not of 8), 2-float (even) and direct
+# fragment stores (odd, or a multiple of 8), with a partial last tile column, bias, dilation; MT = 2
+# (32 channels) and MT = 4 (64; on Hopper builds config 9 also keeps the wgmma kernels off).
 MMA_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected)
     (2, 32, 32, (3, 7), 11, 100, (1, 3), 1, True, True),   # Wout 100: 4-float stores
     (2, 20, 32, (3, 3), 13, 70, 1, 1, True, True),         # Wout 70: 2-float
@@ -128,4 +128,55 @@ MMA_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected
 @pytest.mark.parametrize("cls", ["FastConvTranspose2d", "FastConvTranspose2dFP32"])
 @pytest.mark.parametrize("shape", MMA_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
 def test_fast_mma_kernel_is_correct(shape, cls):
-    _fast_kernel_case(shape, 1.0, cls, "ct2d_mma", config=4, sm90=False)
+    _fast_kernel_case(shape, 1.0, cls, "ct2d_mma", config=9, sm90=False)
+
+
+# ct2d_mmh (fast with 32 output channels per block: 71, 78): one fp16 product per mma.sync, x
+# converted to fp16 in shared memory. A block whose staged x is outside [2^-2, 2^15) runs its tile
+# again from x rescaled: at 1e5 (beyond fp16's range) and 1e-6 (subnormal) the result misses the
+# tolerance unless it did. Cin 12 to 48 (one to three chunks of 16, the last partly or wholly zero),
+# 16-byte and 4-byte copies, the three epilogues, dilation, three channel blocks (Cout 96; config 4
+# keeps the wgmma kernels off on Hopper builds).
+MMH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected)
+    (2, 32, 32, (3, 7), 11, 100, (1, 3), 1, True, True),      # Wout 100: 4-float stores
+    (2, 20, 32, (3, 3), 13, 70, 1, 1, True, True),            # Wout 70: 2-float; channels 24-31 all zero
+    (1, 12, 96, (3, 5), 7, 33, 0, (2, 1), False, True),       # one chunk, three channel blocks, direct
+    (3, 40, 32, (3, 3), 9, 61, 1, 1, True, True),             # Win 61: 4-byte copies; three chunks
+    (1, 48, 32, (3, 7), 6, 130, (1, 3), (1, 2), True, True),  # dilation 2 along W, Wout 137
+]
+
+
+@pytest.mark.parametrize("scale", [1.0, 3e3, 1e5, 1e-6])
+@pytest.mark.parametrize("shape", MMH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
+def test_fast_mma_fp16_kernel_is_tf32_class(shape, scale):
+    _fast_kernel_case(shape, scale, "FastConvTranspose2d", "ct2d_mmh", config=4, sm90=False)
+
+
+def test_fast_mma_fp16_blocks_choose_their_scale():
+    """ct2d_mmh decides per block: image 1 (x 1e5) runs rescaled while image 0 does not, and an inf
+    in image 0 (whose blocks then measure the finite magnitudes first) gives +-inf exactly where
+    float64 does, the rest within the TF32 tolerance."""
+    import sys
+
+    import torch
+
+    from harness import REPO_ROOT
+    from harness.numerics import compare
+
+    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    import ct2d_fast
+
+    torch.manual_seed(0)
+    model = ct2d_fast.FastConvTranspose2d(24, 32, (3, 5), padding=(1, 2)).cuda()
+    x = torch.randn(2, 24, 20, 70, device="cuda")
+    x[1] *= 1e5
+    x[0, 3, 4, 10] = float("inf")
+    with torch.no_grad():
+        out = model(x)
+        truth = torch.nn.functional.conv_transpose2d(x.double(), model.conv_transpose2d.weight.double(),
+                                                     padding=(1, 2))
+    tolerance = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+    for n, scale in ((0, 1.0), (1, 1e5)):
+        result = compare(out[n] / scale, truth[n] / scale, torch.float32, tolerance)
+        assert result.ok, f"image {n}: {result.message}"
+    assert int(torch.isinf(truth[0]).sum()) == 32 * 3 * 5  # every channel, each tap's output pixel

@@ -13,7 +13,7 @@ _HERE = Path(__file__).resolve().parent
 
 CPP_DECL = """
 torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
-                                    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
+                                    torch::Tensor wmh, int64_t wmh_exp, torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config);
@@ -64,18 +64,40 @@ def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.stack([hi, _round_tf32(a - hi)], dim=5).contiguous()
 
 
+def _fp16_exponent(w: torch.Tensor) -> int | None:
+    """e with the largest magnitude of w * 2^e in [2^14, 2^15), within [-113, 100] (as fast.cu's
+    wgh_exp does for x); None where a weight is not finite (the fp16 kernels then do not run)."""
+    if not bool(torch.isfinite(w).all()):
+        return None
+    amax = float(w.abs().max())
+    return 0 if amax == 0 else min(max(15 - math.frexp(amax)[1], -113), 100)
+
+
+def _mma_fp16(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor, int]:
+    """Weights for ct2d_mmh (one fp16 product on mma.sync, TF32 class): padded is (Cin padded to 8,
+    KH*KW, Cout padded to 8); scaled by 2^e (_fp16_exponent), as (ceil(Cin/16), KH*KW, Cout, 16)
+    fp16, input channels innermost and zero-padded. Returns (weights, e); empty where a weight is
+    not finite."""
+    w = padded[:cin, :, :cout].double()
+    e = _fp16_exponent(w)
+    if e is None:
+        return padded.new_empty(0, dtype=torch.float16), 0
+    c16, taps = (cin + 15) // 16, padded.shape[1]
+    a = torch.zeros(c16 * 16, taps, cout, dtype=torch.float64, device=padded.device)
+    a[:cin] = w * 2.0 ** e
+    return a.view(c16, 16, taps, cout).permute(0, 2, 3, 1).to(torch.float16).contiguous(), e
+
+
 def _fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[torch.Tensor, int]:
     """Weights for the fp16 wgmma kernels, ct2d_wgh (3xFP16, fp32 class: parts=2) and ct2d_wgf (one
     fp16 product, TF32 class: parts=1): padded is (Cin padded to 8, KH*KW, Cout padded to 8).
-    Scaled by 2^e so that the largest magnitude lies in [2^14, 2^15) (e within [-113, 100], as
-    fast.cu's wgh_exp does for x), split as hi = fp16(v), lo = fp16(v - hi) (parts=2), laid out as
+    Scaled by 2^e (_fp16_exponent), split as hi = fp16(v), lo = fp16(v - hi) (parts=2), laid out as
     [co / 64][ci / 16][hi, lo][tap][co % 64 / 8][ci % 16 / 8][co % 8][ci % 8], zero-padded.
     Returns (parts, e); empty parts where a weight is not finite."""
     w = padded[:cin, :, :cout].double()
-    if not bool(torch.isfinite(w).all()):
+    e = _fp16_exponent(w)
+    if e is None:
         return padded.new_empty(0, dtype=torch.float16), 0
-    amax = float(w.abs().max())
-    e = 0 if amax == 0 else min(max(15 - math.frexp(amax)[1], -113), 100)
     taps = padded.shape[1]
     chunks, cob = (cin + 15) // 16, (cout + 63) // 64
     a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
@@ -88,13 +110,13 @@ def _fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[
 
 class FastConvTranspose2d(ConvTranspose2dParams):
     """split=1: TF32-class results on the tensor cores: the implicit GEMM where it applies (stride 1,
-    groups 1; on sm_90a with more than 32 output channels as one fp16 product of scaled operands,
-    TF32's significand at twice its rate), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
+    groups 1) as one fp16 product of scaled operands, TF32's significand at twice its rate (on
+    mma.sync for 32 channels per block; on sm_90a's wgmma for more than 32 output channels), else the phase kernel's tensor-core variant with TF32 MMAs. split=3: 3xTF32 in both,
     fp32-class results. Where the phase kernel's tensor-core variant does not fit in shared memory,
     it runs on fp32 FMAs (fp32 class) either way."""
 
     split = 1
-    config = 0  # kernel: 0 = chosen from the shapes (1..8 force one, for tuning runs; see fast.cu)
+    config = 0  # kernel: 0 = chosen from the shapes (1..9 force one, for tuning runs; see fast.cu)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -111,6 +133,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         - (ceil(Cin/8), KH*KW, Cout, 8), input channels innermost and zero-padded, for the
           mma.sync tensor-core kernel (stride 1, groups 1 only): TF32-rounded for split 1, exact
           for split 3;
+        - for split 1 (stride 1, groups 1): (ceil(Cin/16), KH*KW, Cout, 16) fp16 scaled by 2^e and
+          e (_mma_fp16), for the one-product mma.sync kernel;
         - (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for the wgmma kernel (split 1,
           stride 1, groups 1, sm_90a builds): per 8 input channels and tap, 8x4 "core matrices"
           of (8 output channels) x (4 input channels), the shared-memory layout that kernel reads;
@@ -126,6 +150,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
             frag = _phase_fragments(wd, self.conv_transpose2d.groups)
             mma = wgm = wd.new_empty(0)
             wh, wh_exp = wd.new_empty(0, dtype=torch.float16), 0
+            mmh, mmh_exp = wh, 0
             c = self.conv_transpose2d
             if c.groups == 1 and c.stride == (1, 1):
                 chunks, taps, co8 = (cin + 7) // 8, kh * kw, (cout_g + 7) // 8
@@ -134,12 +159,13 @@ class FastConvTranspose2d(ConvTranspose2dParams):
                 mma = padded[:, :, :cout_g].reshape(chunks, 8, taps, cout_g).permute(0, 2, 3, 1).contiguous()
                 if self.split == 1:
                     mma = _round_tf32(mma)
+                    mmh, mmh_exp = _mma_fp16(padded, cin, cout_g)
                     if WGMMA:  # [chunk][tap][co / 8][ci half][co % 8][ci % 4]
                         wgm = padded.view(chunks, 2, 4, taps, co8, 8).permute(0, 3, 4, 1, 5, 2)
                         wgm = _round_tf32(wgm.contiguous())
                 if WGMMA and cout_g > 32:
                     wh, wh_exp = _fp16_parts(padded, cin, cout_g, 1 if self.split == 1 else 2)
-            self._packed = (packed, frag, mma, wgm, wh, wh_exp)
+            self._packed = (packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp)
             self._packed_key = key
         return self._packed
 
@@ -147,8 +173,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         c = self.conv_transpose2d
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
-        packed, frag, mma, wgm, wh, wh_exp = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, packed, frag, mma, wgm, wh, wh_exp, c.bias, c.out_channels, kh, kw,
+        packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp = self._packed_weights()
+        return _ext.conv_transpose2d_fast(x, packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp, c.bias, c.out_channels, kh, kw,
                                           sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
 
 

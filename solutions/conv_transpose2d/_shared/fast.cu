@@ -9,6 +9,8 @@
 //    taps in shared memory (cp.async, 2-3 stages), so every loaded input value feeds all KH*KW
 //    taps; B fragments are conflict-free 4-byte shared loads, A fragments ldmatrix. SPLIT = 1: TF32-class
 //    accuracy. SPLIT = 3: 3xTF32 (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), fp32-class accuracy.
+//    The TF32 class with 32 channels per block runs ct2d_mmh instead: the same blocks with one
+//    fp16 product per MMA (m16n8k16), x converted to fp16 in shared memory (see there).
 //    On Hopper (sm_90a builds) more than 32 output channels run 5. (TF32 class) or 4. (fp32 class)
 //    instead (below, with the wgmma kernels; 3. where 5. does not fit).
 // 2. ct2d_phase (everything else, e.g. strided, grouped, dilated).
@@ -26,7 +28,8 @@
 // Weights arrive pre-packed (by the Python side, once per weight version) as
 // wp[ci][kh*KW + kw][co_in_group], i.e. w.permute(0, 2, 3, 1), for the phase kernel (CUDA cores), as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4] (m16n8k8 A fragments) for its TC variant, as
-// wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), and as
+// wm[ci / 8][kh*KW + kw][co][ci % 8] for ct2d_mma (TF32-rounded for SPLIT = 1), as scaled fp16
+// wmh[ci / 16][kh*KW + kw][co][ci % 16] for ct2d_mmh, and as
 // wg[ci / 8][kh*KW + kw][co / 8][ci % 8 / 4][co % 8][ci % 4] (TF32-rounded) for the wgmma kernels,
 // and as scaled fp16 parts for ct2d_wgf (hi) and ct2d_wgh (hi and lo; see there).
 #include <torch/extension.h>
@@ -81,6 +84,30 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_0() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
+// The exponent ex with |x| * 2^ex in [2^14, 2^15) for the largest finite magnitude (bits of
+// |x|, 0 for an all-zero input: ex = 0), kept within [-113, 100] so that 2^ex and 2^-ex are normal
+// floats (|x| < 2^-86 would keep fewer bits; a magnitude of 2^128 cannot occur).
+__device__ __forceinline__ int wgh_exp(unsigned amax_bits) {
+  if (amax_bits == 0) return 0;
+  const int e = 14 - ((int)(amax_bits >> 23) - 127);
+  return min(max(e, -113), 100);
+}
+
+// max(m, |v|) as float bits where v is finite, else m: non-negative floats order as unsigned
+// integers; inf and NaN are skipped, so they do not spoil the scale of the finite values
+__device__ __forceinline__ unsigned finite_amax(unsigned m, float v) {
+  const unsigned b = __float_as_uint(v) & 0x7fffffffu;
+  return b < 0x7f800000u && b > m ? b : m;
+}
+
+// fp16 operands of the one-product kernels (ct2d_mmh, ct2d_wgf) taken unscaled: x's largest finite
+// magnitude (bits) in [2^-2, 2^15), so no value overflows and every value down to 2^-16 of it is a
+// normal fp16 (randn and rand inputs); else x is scaled by 2^wgh_exp(amax) first
+__device__ __forceinline__ bool wgf_unscaled(unsigned amax_bits) {
+  const int e = (int)(amax_bits >> 23) - 127;
+  return amax_bits == 0 || (e >= -2 && e <= 14);
+}
+
 constexpr int KC = 8;        // input channels per pipeline stage (the MMA's K)
 constexpr int THREADS = 256; // 8 warps
 
@@ -90,18 +117,25 @@ __device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
                : "r"(addr));
 }
 
+__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 struct MmaShape {
   int Cin, Hin, Win, Cout, Hout, Wout, pad_h, pad_w, dil_h, dil_w;
   int TW, TR, tiles_w, co_blocks;  // output tile: TR rows x TW columns, for BM channels
   int rows, rowlen, plane;         // staged input rows; row and channel-plane strides (floats)
   int vec, units;                  // copy unit: 4 columns (16 bytes) or 1; units per staged row
-  int stages, chunks;              // cp.async pipeline depth; Cin padded to 8 / 8
+  int stages, chunks;              // cp.async pipeline depth; chunks of 8 (ct2d_mma) or 16 (ct2d_mmh) channels
   int epi;                         // epilogue through shared memory with 4- or 2-float stores, 0: direct
 };
 
 // Implicit GEMM per image: D[co][pixel] = sum_{ci,kh,kw} W[co][ci,kh,kw] * X[ci,kh,kw][pixel].
 // Block: BM = 16*MT output channels x (8 warps * NT*8) pixels; a warp owns NT*8 consecutive
-// pixels of one output row and all BM channels, i.e. MT x NT m16n8k8 tiles.
+// pixels of one output row and all BM channels, i.e. MT x NT m16n8 tiles.
 // Shared memory per stage: the input tile with its halo as it lies in the NCHW input,
 // [8 channels][row][col] (channel planes s.plane floats apart, s.plane % 32 == 8), then the
 // chunk's weights as [tap][co][8 channels], the two 4-channel halves of a 32-byte row swapped
@@ -114,219 +148,214 @@ struct MmaShape {
 // Weights arrive packed as wm[chunk][tap][co][8] (input channels innermost, zero-padded to a
 // multiple of 8): TF32-rounded for SPLIT = 1; exact for SPLIT = 3, which splits both operands
 // into hi + lo TF32 parts and runs a_hi*b_hi + a_hi*b_lo + a_lo*b_hi with per-chunk accumulators.
-template <int MT, int NT, int SPLIT, int KH, int KW>
-__global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
-    ct2d_mma(const float* __restrict__ x, const float* __restrict__ wm, const float* __restrict__ bias,
-             float* __restrict__ y, const MmaShape s) {
-  constexpr int BM = 16 * MT;
-  constexpr int TAPS = KH * KW;
-  constexpr int WS_SIZE = TAPS * BM * KC;
-  extern __shared__ __align__(16) float smem[];
-  const int xs_size = s.plane * KC;
-  const uint32_t stage_bytes = (xs_size + WS_SIZE) * 4;
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+// ct2d_mmh (below) shares the block's geometry, the staging, the tap loop and the epilogue.
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int cob = blockIdx.x % s.co_blocks, tile = blockIdx.x / s.co_blocks;  // channel blocks
-  const int oh0 = (tile / s.tiles_w) * s.TR, ow0 = (tile % s.tiles_w) * s.TW;  // of a tile adjacent
-  const int co0 = cob * BM;
-  const int n = blockIdx.z;
-  const int ih_base = oh0 + s.pad_h - (KH - 1) * s.dil_h;
-  const int iw_base = ow0 + s.pad_w - (KW - 1) * s.dil_w;
-  const float* xn = x + (int64_t)n * s.Cin * s.Hin * s.Win;
-  const int hw = s.Hin * s.Win;
-
-  // Input staging: copy item (channel ck of the chunk, staged row r, unit u), unit u = columns
-  // [V u, V u + V) of the staged row. The per-block table tab[r * units + u] holds the unit's
-  // input offset ih * Win + iw (-1: outside the image, zero-filled) and its shared-memory offset
-  // (r * rowlen + V u) * 4 bytes; the thread's items advance by THREADS with a counter (no division).
-  const int m = s.vec ? (iw_base & 3) : 0;  // staged column 0 is input column iw_base - m
-  const int RG = s.rows * s.units;
-  int2* tab = reinterpret_cast<int2*>(smem + s.stages * (xs_size + WS_SIZE));
-  for (int i = tid; i < RG; i += THREADS) {
-    const int r = i / s.units, u = i - r * s.units;
-    const int ih = ih_base + r, iw = iw_base - m + (s.vec ? 4 * u : u);
-    const bool ok = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;  // vec: Win % 4 == 0, iw % 4 == 0
-    tab[i] = make_int2(ok ? ih * s.Win + iw : -1, (r * s.rowlen + (s.vec ? 4 * u : u)) * 4);
-  }
-  __syncthreads();
-  // the thread's first item and its steps; offsets kept as running sums (32-bit: the host
-  // checks that KC * Hin * Win fits)
-  const int ck0 = tid / RG, rg0 = tid - ck0 * RG;
-  const int step_ck = THREADS / RG, step_rg = THREADS - step_ck * RG;
-  auto load_chunk = [&](int chunk, int stage) {
-    const uint32_t xs_s = smem_base + stage * stage_bytes;
-    const float* xc = xn + (int64_t)chunk * KC * hw;
-    const int cvalid = min(KC, s.Cin - chunk * KC);  // channels of this chunk inside Cin
-    int ck = ck0, rg = rg0;
-    uint32_t src = ck0 * hw;  // wraps harmlessly after the thread's last copy
-    uint32_t dst = xs_s + ck0 * s.plane * 4;
-    auto copies = [&](auto bytes) {
-      constexpr uint32_t B = decltype(bytes)::value;
-#pragma unroll 2
-      while (ck < KC) {
-        const int2 e = tab[rg];
-        const bool ok = e.x >= 0 && ck < cvalid;
-        if constexpr (B == 16) cp_async16z(dst + e.y, xc + (ok ? src + e.x : 0u), ok ? 16u : 0u);
-        else cp_async4(dst + e.y, xc + (ok ? src + e.x : 0u), ok ? 4u : 0u);
-        ck += step_ck;
-        src += step_ck * hw;
-        dst += step_ck * s.plane * 4;
-        rg += step_rg;
-        if (rg >= RG) rg -= RG, ++ck, src += hw, dst += s.plane * 4;
-      }
-    };
-    if (s.vec) copies(std::integral_constant<uint32_t, 16>{});
-    else copies(std::integral_constant<uint32_t, 4>{});
-    // weights [tap][co][8]: 16-byte halves, swapped when bit 2 of co is set
-    const uint32_t ws_s = xs_s + xs_size * 4;
-    const float* wsrc = wm + ((int64_t)chunk * TAPS * s.Cout + co0) * KC;
-    for (int i = tid; i < TAPS * BM * 2; i += THREADS) {
-      const int half = i & 1, co = (i >> 1) % BM, tap = (i >> 1) / BM;
-      cp_async16(ws_s + ((tap * BM + co) * KC + ((half ^ (co >> 2)) & 1) * 4) * 4,
-                  wsrc + ((int64_t)tap * s.Cout + co) * KC + half * 4);
-    }
-    cp_async_commit();
-  };
-
-  // this warp's pixels: output row oh0 + wr, columns ow0 + wc*NT*8 + [0, NT*8)
-  const int wpr = s.TW / (NT * 8);
-  const int wr = warp / wpr, wc = warp % wpr;
-  const int col0 = wc * NT * 8;
-  const bool active = oh0 + wr < s.Hout && ow0 + col0 < s.Wout;
-  const int pairs = active ? min(NT / 2, (s.Wout - ow0 - col0 + 15) / 16) : 0;  // n-tile pairs in range
-
-  float acc[MT][NT][4];
-  float part[SPLIT == 3 ? MT : 1][SPLIT == 3 ? NT : 1][4];
+template <int MT, int NT>
+__device__ __forceinline__ void mma_zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+}
 
-  // ldmatrix lane addresses (bytes). A: sub-matrix lane>>3 = (co half, k half) = (bit 0, bit 1).
-  const uint32_t a_lane = (((lane & 7) + ((lane >> 3) & 1) * 8) * KC + (((lane >> 4) ^ (lane >> 2)) & 1) * 4) * 4;
-  // B: lane (g, t) reads channel planes t and t + 4 at the warp's row and column col0 + g
-  const float* xs_lane = smem + t * s.plane + wr * s.rowlen + col0 + g + m;
-  const int rowstep = s.dil_h * s.rowlen, khalf = 4 * s.plane;
-
-  const int S = s.stages, chunks = s.chunks;
-  for (int c = 0; c < S - 1; ++c) {
-    if (c < chunks) load_chunk(c, c);
-    else cp_async_commit();
+// The block's tile and the warp's place in it.
+template <int MT, int NT, int KH, int KW>
+struct MmaBlock {
+  int tid, warp, lane, g, t, n, co0, oh0, ow0, ih_base, iw_base, wr, col0, pairs;
+  bool active;
+  __device__ __forceinline__ explicit MmaBlock(const MmaShape& s) {
+    tid = threadIdx.x; warp = tid >> 5; lane = tid & 31; g = lane >> 2; t = lane & 3;
+    const int cob = blockIdx.x % s.co_blocks, tile = blockIdx.x / s.co_blocks;  // channel blocks
+    oh0 = (tile / s.tiles_w) * s.TR; ow0 = (tile % s.tiles_w) * s.TW;            // of a tile adjacent
+    co0 = cob * 16 * MT;
+    n = blockIdx.z;
+    ih_base = oh0 + s.pad_h - (KH - 1) * s.dil_h;
+    iw_base = ow0 + s.pad_w - (KW - 1) * s.dil_w;
+    // this warp's pixels: output row oh0 + wr, columns ow0 + wc*NT*8 + [0, NT*8)
+    const int wpr = s.TW / (NT * 8);
+    wr = warp / wpr;
+    col0 = (warp % wpr) * NT * 8;
+    active = oh0 + wr < s.Hout && ow0 + col0 < s.Wout;
+    pairs = active ? min(NT / 2, (s.Wout - ow0 - col0 + 15) / 16) : 0;  // n-tile pairs in range
   }
-  int stage = 0, next_stage = S - 1;  // stage of this chunk / of chunk + S - 1
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    if (S == 3) cp_async_wait_1();
-    else cp_async_wait_0();
-    __syncthreads();
-    if (chunk + S - 1 < chunks) load_chunk(chunk + S - 1, next_stage);
-    else cp_async_commit();
-    next_stage = next_stage + 1 == S ? 0 : next_stage + 1;
-    const int cur = stage;
-    stage = stage + 1 == S ? 0 : stage + 1;
-    if (!active) continue;
-    const uint32_t ws_s = smem_base + cur * stage_bytes + xs_size * 4;
-    const float* xs_c = xs_lane + cur * (xs_size + WS_SIZE);
-    if constexpr (SPLIT == 3) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) part[i][j][k] = 0.f;
+};
+
+// Input staging: copy item (channel ck of 8, staged row r, unit u), unit u = columns [V u, V u + V)
+// of the staged row. The per-block table tab[r * units + u] holds the unit's input offset
+// ih * Win + iw (-1: outside the image, zero-filled) and its shared-memory offset
+// (r * rowlen + V u) * 4 bytes; the thread's items advance by THREADS with a counter (no division).
+struct MmaStager {
+  const int2* tab;
+  const float* xn;
+  int hw, RG, ck0, rg0, step_ck, step_rg;
+  int m;  // staged column 0 is input column iw_base - m
+  // builds the table; the caller syncs the block before the first copy
+  __device__ __forceinline__ void init(const MmaShape& s, int2* t, const float* x_image, int ih_base, int iw_base,
+                                       int tid) {
+    tab = t;
+    xn = x_image;
+    hw = s.Hin * s.Win;
+    m = s.vec ? (iw_base & 3) : 0;
+    RG = s.rows * s.units;
+    for (int i = tid; i < RG; i += THREADS) {
+      const int r = i / s.units, u = i - r * s.units;
+      const int ih = ih_base + r, iw = iw_base - m + (s.vec ? 4 * u : u);
+      const bool ok = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;  // vec: Win % 4 == 0, iw % 4 == 0
+      t[i] = make_int2(ok ? ih * s.Win + iw : -1, (r * s.rowlen + (s.vec ? 4 * u : u)) * 4);
     }
-    // FULL: every n-tile of the warp is inside the output (no per-pair guards in the hot loop)
-    auto taps = [&](auto full) {
-      constexpr bool FULL = decltype(full)::value;
+    // the thread's first item and its steps; offsets kept as running sums (32-bit: the host
+    // checks that KC * Hin * Win fits)
+    ck0 = tid / RG;
+    rg0 = tid - ck0 * RG;
+    step_ck = THREADS / RG;
+    step_rg = THREADS - step_ck * RG;
+  }
+  // input channels [8 u, 8 u + 8) (zeros past Cin) into the 8 channel planes at dst (shared, bytes)
+  __device__ __forceinline__ void copy(const MmaShape& s, int u, uint32_t dst) const {
+    const float* xc = xn + (int64_t)min(u * KC, s.Cin - 1) * hw;  // a valid address where all are zeros
+    const int cvalid = min(KC, s.Cin - u * KC);  // channels of this chunk inside Cin
+    int ck = ck0, rg = rg0;
+    uint32_t src = ck0 * hw;  // wraps harmlessly after the thread's last copy
+    uint32_t d = dst + ck0 * s.plane * 4;
+    auto copies = [&](auto bytes) {
+      constexpr uint32_t B = decltype(bytes)::value;
+#pragma unroll 2
+      while (ck < KC) {
+        const int2 e = tab[rg];
+        const bool ok = e.x >= 0 && ck < cvalid;
+        if constexpr (B == 16) cp_async16z(d + e.y, xc + (ok ? src + e.x : 0u), ok ? 16u : 0u);
+        else cp_async4(d + e.y, xc + (ok ? src + e.x : 0u), ok ? 4u : 0u);
+        ck += step_ck;
+        src += step_ck * hw;
+        d += step_ck * s.plane * 4;
+        rg += step_rg;
+        if (rg >= RG) rg -= RG, ++ck, src += hw, d += s.plane * 4;
+      }
+    };
+    if (s.vec) copies(std::integral_constant<uint32_t, 16>{});
+    else copies(std::integral_constant<uint32_t, 4>{});
+  }
+};
+
+// One chunk's weights for the block's BM channels: 32-byte rows (8 TF32 or 16 fp16 input channels)
+// at src + (tap * Cout + co) * 32, to [tap][co] rows at dst, 16-byte halves swapped when bit 2 of co
+// is set (conflict-free ldmatrix).
+template <int TAPS, int BM>
+__device__ __forceinline__ void mma_copy_weights(const char* src, int Cout, uint32_t dst, int tid) {
+  for (int i = tid; i < TAPS * BM * 2; i += THREADS) {
+    const int half = i & 1, co = (i >> 1) % BM, tap = (i >> 1) / BM;
+    cp_async16(dst + (tap * BM + co) * 32 + ((half ^ (co >> 2)) & 1) * 16,
+               reinterpret_cast<const float*>(src + ((int64_t)tap * Cout + co) * 32 + half * 16));
+  }
+}
+
+// ldmatrix lane address (bytes from the weights' start) of the A fragments: sub-matrix lane>>3 =
+// (co half, k half) = (bit 0, bit 1); rows of 32 bytes
+__device__ __forceinline__ uint32_t mma_a_lane(int lane) {
+  return ((lane & 7) + ((lane >> 3) & 1) * 8) * 32 + (((lane >> 4) ^ (lane >> 2)) & 1) * 16;
+}
+
+// All taps of one chunk for one warp, acc += W x X: SPLIT 1 TF32 (m16n8k8), 3 3xTF32 (the caller's
+// per-chunk accumulators), 0 fp16 (m16n8k16; the planes hold channel pairs as half2, so the same two
+// loads give a B fragment of 16 channels). xs: the lane's B address in the chunk's planes at tap
+// (0, 0)'s offset of the warp's first pixel (floats), ws: the lane's A address for tap 0 (bytes).
+// FULL: every n-tile of the warp is inside the output (no per-pair guards in the hot loop).
+template <int MT, int NT, int SPLIT, int KH, int KW, bool FULL>
+__device__ __forceinline__ void mma_taps(float (&acc)[MT][NT][4], const float* xs, uint32_t ws, int rowstep,
+                                         int khalf, int dil_w, int pairs) {
+  constexpr int BM = 16 * MT;
 #pragma unroll 1
-      for (int kh = 0; kh < KH; ++kh) {
-        const float* xrow = xs_c + (KH - 1 - kh) * rowstep;
-        const uint32_t wrow = ws_s + a_lane + kh * KW * BM * KC * 4;
+  for (int kh = 0; kh < KH; ++kh) {
+    const float* xrow = xs + (KH - 1 - kh) * rowstep;
+    const uint32_t wrow = ws + kh * KW * BM * 32;
 #pragma unroll
-        for (int kw = 0; kw < KW; ++kw) {
-          const float* xb = xrow + (KW - 1 - kw) * s.dil_w;
-          uint32_t a[MT][4], b[NT][2];
+    for (int kw = 0; kw < KW; ++kw) {
+      const float* xb = xrow + (KW - 1 - kw) * dil_w;
+      uint32_t a[MT][4], b[NT][2];
 #pragma unroll
-          for (int i = 0; i < MT; ++i) ldsm_x4(a[i], wrow + (kw * BM + i * 16) * KC * 4);
+      for (int i = 0; i < MT; ++i) ldsm_x4(a[i], wrow + (kw * BM + i * 16) * 32);
 #pragma unroll
-          for (int jp = 0; jp < NT / 2; ++jp) {
-            if (FULL || jp < pairs) {
+      for (int jp = 0; jp < NT / 2; ++jp) {
+        if (FULL || jp < pairs) {
 #pragma unroll
-              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
-                b[j][0] = __float_as_uint(xb[8 * j]);
-                b[j][1] = __float_as_uint(xb[8 * j + khalf]);
-              }
-            }
-          }
-          if constexpr (SPLIT == 3) {
-            uint32_t a_lo[MT][4], b_lo[NT][2];
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-              for (int k = 0; k < 4; ++k) split_tf32(a[i][k], a_lo[i][k]);
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-              for (int k = 0; k < 2; ++k) split_tf32(b[j][k], b_lo[j][k]);
-#pragma unroll
-            for (int jp = 0; jp < NT / 2; ++jp) {
-              if (FULL || jp < pairs) {
-#pragma unroll
-                for (int i = 0; i < MT; ++i)
-#pragma unroll
-                  for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
-                    mma_tf32(part[i][j], a_lo[i], b[j]);
-                    mma_tf32(part[i][j], a[i], b_lo[j]);
-                    mma_tf32(part[i][j], a[i], b[j]);
-                  }
-              }
-            }
-          } else {
-#pragma unroll
-            for (int jp = 0; jp < NT / 2; ++jp) {
-              if (FULL || jp < pairs) {
-#pragma unroll
-                for (int i = 0; i < MT; ++i) {
-                  mma_tf32(acc[i][2 * jp], a[i], b[2 * jp]);
-                  mma_tf32(acc[i][2 * jp + 1], a[i], b[2 * jp + 1]);
-                }
-              }
-            }
+          for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+            b[j][0] = __float_as_uint(xb[8 * j]);
+            b[j][1] = __float_as_uint(xb[8 * j + khalf]);
           }
         }
       }
-    };
-    if (pairs == NT / 2) taps(std::true_type{});
-    else taps(std::false_type{});
-    if constexpr (SPLIT == 3) {  // short tensor-core accumulation chains, fp32 adds across chunks
+      if constexpr (SPLIT == 3) {
+        uint32_t a_lo[MT][4], b_lo[NT][2];
 #pragma unroll
-      for (int i = 0; i < MT; ++i)
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) split_tf32(a[i][k], a_lo[i][k]);
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-          for (int k = 0; k < 4; ++k) acc[i][j][k] += part[i][j][k];
+          for (int k = 0; k < 2; ++k) split_tf32(b[j][k], b_lo[j][k]);
+#pragma unroll
+        for (int jp = 0; jp < NT / 2; ++jp) {
+          if (FULL || jp < pairs) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+                mma_tf32(acc[i][j], a_lo[i], b[j]);
+                mma_tf32(acc[i][j], a[i], b_lo[j]);
+                mma_tf32(acc[i][j], a[i], b[j]);
+              }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int jp = 0; jp < NT / 2; ++jp) {
+          if (FULL || jp < pairs) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+                if constexpr (SPLIT == 0) mma_f16(acc[i][j], a[i], b[j]);
+                else mma_tf32(acc[i][j], a[i], b[j]);
+              }
+          }
+        }
+      }
     }
   }
-  // epilogue: C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1)
+}
+template <int MT, int NT, int SPLIT, int KH, int KW>
+__device__ __forceinline__ void mma_chunk(float (&acc)[MT][NT][4], const float* xs, uint32_t ws, int rowstep,
+                                          int khalf, int dil_w, int pairs) {
+  if (pairs == NT / 2) mma_taps<MT, NT, SPLIT, KH, KW, true>(acc, xs, ws, rowstep, khalf, dil_w, pairs);
+  else mma_taps<MT, NT, SPLIT, KH, KW, false>(acc, xs, ws, rowstep, khalf, dil_w, pairs);
+}
+
+// The epilogue of an active warp, y = acc * o1 * o2 (SCALED; ct2d_mmh's operand scales) + bias.
+// C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1).
+// s.epi: through shared memory (the caller has synced the block once every warp is past the last
+// chunk, so every stage is free): each warp moves its BM channel rows x NT*8 pixels in MT pieces of
+// 16 rows through its own 16 x (NT*8 + 8)-float buffer (fragment pairs in: rows 8 mod 32 floats
+// apart, conflict-free), then writes s.epi-float vectors along each channel row, so one store
+// instruction writes 32 / (NT*8 / V) contiguous row runs instead of 8 channel rows' 32 bytes.
+// Else the fragments directly (8-byte stores where aligned).
+template <int MT, int NT, bool SCALED, class Block>
+__device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[MT][NT][4], const Block& b,
+                                          const float* __restrict__ bias, float* __restrict__ y, float* smem,
+                                          float o1 = 1.f, float o2 = 1.f) {
+  auto val = [&](float v) { return SCALED ? v * o1 * o2 : v; };
+  const int g = b.g, t = b.t;
   if (s.epi) {
-    // through shared memory (s.epi = V floats per store; every stage is free once all warps are
-    // past the last chunk): each warp moves its BM channel rows x NT*8 pixels in MT pieces of 16
-    // rows through its own 16 x (NT*8 + 8)-float buffer (fragment pairs in: rows 8 mod 32 floats
-    // apart, conflict-free), then writes V-float vectors along each channel row, so one store
-    // instruction writes 32 / (NT*8 / V) contiguous row runs instead of 8 channel rows' 32 bytes
-    cp_async_wait_0();
-    __syncthreads();
-    if (!active) return;
     constexpr int LD = NT * 8 + 8;
-    float* buf = smem + warp * 16 * LD;
-    const int ow = ow0 + col0, ncols = min(NT * 8, s.Wout - ow);
+    float* buf = smem + b.warp * 16 * LD;
+    const int ow = b.ow0 + b.col0, ncols = min(NT * 8, s.Wout - ow);
     const int64_t cstride = (int64_t)s.Hout * s.Wout;
-    float* yrow = y + (((int64_t)n * s.Cout + co0) * s.Hout + oh0 + wr) * s.Wout + ow;
+    float* yrow = y + (((int64_t)b.n * s.Cout + b.co0) * s.Hout + b.oh0 + b.wr) * s.Wout + ow;
     auto store = [&](auto vec) {
       constexpr int V = decltype(vec)::value, L = NT * 8 / V, RPI = 32 / L;
-      const int r0 = lane / L, c = (lane % L) * V;
+      const int r0 = b.lane / L, c = (b.lane % L) * V;
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -334,12 +363,12 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 #pragma unroll
           for (int j = 0; j < NT; ++j)
             *reinterpret_cast<float2*>(buf + (g + 8 * h) * LD + 8 * j + 2 * t) =
-                make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                make_float2(val(acc[i][j][2 * h]), val(acc[i][j][2 * h + 1]));
         __syncwarp();
         if (c < ncols) {
 #pragma unroll
           for (int r = r0; r < 16; r += RPI) {
-            const float b0 = bias ? bias[co0 + 16 * i + r] : 0.f;
+            const float b0 = bias ? bias[b.co0 + 16 * i + r] : 0.f;
             float* dst = yrow + (16 * i + r) * cstride + c;
             if constexpr (V == 4) {
               float4 v = *reinterpret_cast<const float4*>(buf + r * LD + c);
@@ -359,28 +388,238 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
     else store(std::integral_constant<int, 2>{});
     return;
   }
-  if (!active) return;
-  float* yn = y + (int64_t)n * s.Cout * s.Hout * s.Wout;
-  const int oh = oh0 + wr;
+  float* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
+  const int oh = b.oh0 + b.wr;
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int co = co0 + i * 16 + g + half * 8;
+      const int co = b.co0 + i * 16 + g + half * 8;
       const float b0 = bias ? bias[co] : 0.f;
       float* yrow = yn + ((int64_t)co * s.Hout + oh) * s.Wout;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int ow = ow0 + col0 + j * 8 + 2 * t;
+        const int ow = b.ow0 + b.col0 + j * 8 + 2 * t;
         float* dst = yrow + ow;
+        const float v0 = val(acc[i][j][half * 2]) + b0, v1 = val(acc[i][j][half * 2 + 1]) + b0;
         if (ow + 1 < s.Wout && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-          __stcs(reinterpret_cast<float2*>(dst), make_float2(acc[i][j][half * 2] + b0, acc[i][j][half * 2 + 1] + b0));
+          __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
         } else {
-          if (ow < s.Wout) dst[0] = acc[i][j][half * 2] + b0;
-          if (ow + 1 < s.Wout) dst[1] = acc[i][j][half * 2 + 1] + b0;
+          if (ow < s.Wout) dst[0] = v0;
+          if (ow + 1 < s.Wout) dst[1] = v1;
         }
       }
     }
+}
+
+template <int MT, int NT, int SPLIT, int KH, int KW>
+__global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
+    ct2d_mma(const float* __restrict__ x, const float* __restrict__ wm, const float* __restrict__ bias,
+             float* __restrict__ y, const MmaShape s) {
+  constexpr int BM = 16 * MT;
+  constexpr int TAPS = KH * KW;
+  constexpr int WS_SIZE = TAPS * BM * KC;
+  extern __shared__ __align__(16) float smem[];
+  const int xs_size = s.plane * KC;
+  const uint32_t stage_bytes = (xs_size + WS_SIZE) * 4;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const MmaBlock<MT, NT, KH, KW> b(s);
+  MmaStager st;
+  st.init(s, reinterpret_cast<int2*>(smem + s.stages * (xs_size + WS_SIZE)),
+          x + (int64_t)b.n * s.Cin * s.Hin * s.Win, b.ih_base, b.iw_base, b.tid);
+  __syncthreads();
+  const char* wsrc = reinterpret_cast<const char*>(wm) + (int64_t)b.co0 * 32;
+  auto load_chunk = [&](int chunk, int stage) {
+    const uint32_t xs_s = smem_base + stage * stage_bytes;
+    st.copy(s, chunk, xs_s);
+    mma_copy_weights<TAPS, BM>(wsrc + (int64_t)chunk * TAPS * s.Cout * 32, s.Cout, xs_s + xs_size * 4, b.tid);
+    cp_async_commit();
+  };
+
+  float acc[MT][NT][4];
+  float part[SPLIT == 3 ? MT : 1][SPLIT == 3 ? NT : 1][4];
+  mma_zero(acc);
+
+  const uint32_t a_lane = mma_a_lane(b.lane);
+  // B: lane (g, t) reads channel planes t and t + 4 at the warp's row and column col0 + g
+  const float* xs_lane = smem + b.t * s.plane + b.wr * s.rowlen + b.col0 + b.g + st.m;
+  const int rowstep = s.dil_h * s.rowlen, khalf = 4 * s.plane;
+
+  const int S = s.stages, chunks = s.chunks;
+  for (int c = 0; c < S - 1; ++c) {
+    if (c < chunks) load_chunk(c, c);
+    else cp_async_commit();
+  }
+  int stage = 0, next_stage = S - 1;  // stage of this chunk / of chunk + S - 1
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    if (S == 3) cp_async_wait_1();
+    else cp_async_wait_0();
+    __syncthreads();
+    if (chunk + S - 1 < chunks) load_chunk(chunk + S - 1, next_stage);
+    else cp_async_commit();
+    next_stage = next_stage + 1 == S ? 0 : next_stage + 1;
+    const int cur = stage;
+    stage = stage + 1 == S ? 0 : stage + 1;
+    if (!b.active) continue;
+    const uint32_t ws_s = smem_base + cur * stage_bytes + xs_size * 4;
+    const float* xs_c = xs_lane + cur * (xs_size + WS_SIZE);
+    if constexpr (SPLIT == 3) {  // short tensor-core accumulation chains, fp32 adds across chunks
+      mma_zero(part);
+      mma_chunk<MT, NT, 3, KH, KW>(part, xs_c, ws_s + a_lane, rowstep, khalf, s.dil_w, b.pairs);
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) acc[i][j][k] += part[i][j][k];
+    } else {
+      mma_chunk<MT, NT, SPLIT, KH, KW>(acc, xs_c, ws_s + a_lane, rowstep, khalf, s.dil_w, b.pairs);
+    }
+  }
+  if (s.epi) {
+    cp_async_wait_0();
+    __syncthreads();
+  }
+  if (!b.active) return;
+  mma_store<MT, NT, false>(s, acc, b, bias, y, smem);
+}
+
+// 1b. ct2d_mmh: ct2d_mma's TF32 class with one fp16 product per MMA (mma.sync m16n8k16). fp16 has
+//    TF32's 11-bit significand (both round to nearest), its MMA does twice the work per instruction,
+//    and a B fragment of 16 channels takes the same two 4-byte shared loads as TF32's of 8. The
+//    weights arrive scaled by 2^ew, as fp16 [chunk of 16][tap][co][16] (the same 32-byte rows as
+//    ct2d_mma's), the output is scaled back.
+//    x is staged as in ct2d_mma (fp32, 8 channels per copy) into a ring of three slots and
+//    converted in shared memory: per chunk of 16 channels, slot a (channels 0-7) and slot 1 (8-15)
+//    become 8 planes of fp16 channel pairs over slot a (mmh_convert, in place). Per chunk: wait,
+//    sync (the previous chunk's MMAs are done: its slot and the weights are free), copy the chunk's
+//    weights and the next chunk's first 8 channels into the previous chunk's slot, convert, wait for
+//    the weights, sync, copy the next chunk's other 8 channels into slot 1, MMAs.
+//    The block takes x unscaled where the largest magnitude of what it staged (all the input its
+//    outputs depend on) is in the fp16 range (wgf_unscaled). Otherwise it runs its tile again from
+//    x scaled by 2^wgh_exp(its largest finite magnitude), measured first by a staging-only pass
+//    where the first saw an inf. So no pre-pass, no host sync, and one pass in the common case.
+template <int MODE>  // 0: unscaled, amax = max |x| (inf included); 1: finite amax only, no writes; 2: x * sc
+__device__ __forceinline__ void mmh_convert(const MmaShape& s, float* xa, const float* xb, float sc, float& amax,
+                                            int tid) {
+  const int P = s.rows * s.rowlen;  // staged positions per plane (plane % 4 == 0, so 4 at a time stay inside)
+  for (int q = 4 * tid; q < P; q += 4 * THREADS) {
+    const int nv = P - q;
+    // quarter h: 4 fp32 planes (slot a's 0-3, 4-7, slot 1's 0-3, 4-7) -> fp16 pair planes 2h, 2h + 1,
+    // which lie over slot a's fp32 planes read in this or an earlier quarter
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float* src = (h < 2 ? xa : xb) + (h & 1) * 4 * s.plane + q;
+      float v[4][4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) *reinterpret_cast<float4*>(v[k]) = *reinterpret_cast<const float4*>(src + k * s.plane);
+      if constexpr (MODE != 2) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float f = fabsf(v[k][e]);
+            if (e == 0 || nv > e) amax = fmaxf(amax, MODE == 0 || f < INFINITY ? f : 0.f);  // fmaxf skips NaN
+          }
+      }
+      if constexpr (MODE != 1) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          uint32_t w[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const __half2 p = MODE == 2 ? __floats2half2_rn(v[2 * j][e] * sc, v[2 * j + 1][e] * sc)
+                                        : __floats2half2_rn(v[2 * j][e], v[2 * j + 1][e]);
+            w[e] = *reinterpret_cast<const uint32_t*>(&p);
+          }
+          *reinterpret_cast<uint4*>(xa + (2 * h + j) * s.plane + q) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+    }
+  }
+}
+
+template <int MT, int NT, int KH, int KW>
+__global__ void __launch_bounds__(THREADS, 2)
+    ct2d_mmh(const float* __restrict__ x, const __half* __restrict__ wh, int ew, const float* __restrict__ bias,
+             float* __restrict__ y, const MmaShape s) {
+  constexpr int BM = 16 * MT, TAPS = KH * KW;
+  constexpr int W_BYTES = TAPS * BM * 32;
+  extern __shared__ __align__(16) float smem[];
+  __shared__ unsigned block_amax[2];  // of passes 0 and 1 (mode 1)
+  const int xs_size = s.plane * KC;  // floats per slot
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t w_s = smem_base + 3 * xs_size * 4;
+  const MmaBlock<MT, NT, KH, KW> b(s);
+  if (b.tid < 2) block_amax[b.tid] = 0;
+  MmaStager st;
+  st.init(s, reinterpret_cast<int2*>(smem + 3 * xs_size + W_BYTES / 4), x + (int64_t)b.n * s.Cin * s.Hin * s.Win,
+          b.ih_base, b.iw_base, b.tid);
+  __syncthreads();
+  const char* wsrc = reinterpret_cast<const char*>(wh) + (int64_t)b.co0 * 32;
+  auto slot = [&](int i) { return smem_base + i * xs_size * 4; };
+  auto copy_weights = [&](int c) {
+    mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_s, b.tid);
+  };
+  const uint32_t a_lane = mma_a_lane(b.lane);
+  const float* xs_lane = smem + b.t * s.plane + b.wr * s.rowlen + b.col0 + b.g + st.m;
+  const int rowstep = s.dil_h * s.rowlen, khalf = 4 * s.plane;
+  const int subs = 2 * s.chunks;  // 8-channel copies
+
+  float acc[MT][NT][4];
+  float sc = 1.f;  // x's scale
+  for (int pass = 0, mode = 0;; ++pass) {
+    mma_zero(acc);
+    float amax = 0.f;
+    st.copy(s, 0, slot(0));
+    st.copy(s, 1, slot(1));
+    copy_weights(0);
+    cp_async_commit();
+    if (subs > 2) st.copy(s, 2, slot(2));
+    cp_async_commit();
+    int a = 0, o = 2;  // this chunk's slot (its channels 0-7, then the fp16 pairs); the previous chunk's
+    for (int c = 0; c < s.chunks; ++c) {
+      if (c == 0) cp_async_wait_1();
+      else cp_async_wait_0();
+      __syncthreads();
+      if (c > 0) {
+        copy_weights(c);
+        cp_async_commit();
+        if (2 * c + 2 < subs) st.copy(s, 2 * c + 2, slot(o));
+        cp_async_commit();
+      }
+      float* xa = smem + a * xs_size;
+      if (mode == 0) mmh_convert<0>(s, xa, smem + xs_size, sc, amax, b.tid);
+      else if (mode == 1) mmh_convert<1>(s, xa, smem + xs_size, sc, amax, b.tid);
+      else mmh_convert<2>(s, xa, smem + xs_size, sc, amax, b.tid);
+      if (c > 0) cp_async_wait_1();  // the weights (the next chunk's first copy may fly)
+      __syncthreads();
+      if (2 * c + 3 < subs) st.copy(s, 2 * c + 3, slot(1));
+      cp_async_commit();
+      if (b.active && mode != 1) mma_chunk<MT, NT, 0, KH, KW>(acc, xs_lane + a * xs_size, w_s + a_lane, rowstep, khalf, s.dil_w, b.pairs);
+      const int tmp = a;
+      a = o;
+      o = tmp;
+    }
+    if (mode == 2) break;
+    const unsigned m = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
+    if (b.lane == 0 && m) atomicMax(&block_amax[pass], m);
+    __syncthreads();  // also: every warp is past its last MMA
+    const unsigned bm = block_amax[pass];
+    if (mode == 0 && wgf_unscaled(bm)) break;
+    if (mode == 0 && bm >= 0x7f800000u) {  // an inf: measure the finite values first
+      mode = 1;
+      continue;
+    }
+    sc = wgf_unscaled(bm) ? 1.f : ldexpf(1.f, wgh_exp(bm));
+    mode = 2;
+  }
+  if (s.epi) {
+    cp_async_wait_0();
+    __syncthreads();
+  }
+  if (!b.active) return;
+  mma_store<MT, NT, true>(s, acc, b, bias, y, smem, ldexpf(1.f, -ew), 1.f / sc);
 }
 
 #if defined(CT2D_WGMMA)
@@ -963,22 +1202,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t d
                : "l"(da), "l"(db));
 }
 
-// The exponent ex with |x| * 2^ex in [2^14, 2^15) for the largest finite magnitude (bits of
-// |x|, 0 for an all-zero input: ex = 0), kept within [-113, 100] so that 2^ex and 2^-ex are normal
-// floats (|x| < 2^-86 would keep fewer bits; a magnitude of 2^128 cannot occur).
-__device__ __forceinline__ int wgh_exp(unsigned amax_bits) {
-  if (amax_bits == 0) return 0;
-  const int e = 14 - ((int)(amax_bits >> 23) - 127);
-  return min(max(e, -113), 100);
-}
-
-// max(m, |v|) as float bits where v is finite, else m: non-negative floats order as unsigned
-// integers; inf and NaN are skipped, so they do not spoil the scale of the finite values
-__device__ __forceinline__ unsigned finite_amax(unsigned m, float v) {
-  const unsigned b = __float_as_uint(v) & 0x7fffffffu;
-  return b < 0x7f800000u && b > m ? b : m;
-}
-
 // Largest finite |x| as float bits into *out (zeroed before).
 __global__ void wgh_amax(const float* __restrict__ x, int64_t n, unsigned* __restrict__ out) {
   unsigned m = 0;
@@ -1089,10 +1312,6 @@ struct WghFp16Ops : WgFp16Stage<2> {
 //    last launch (WgfFp16Ops, scaled = 1) overwrites the output from it. The choice is made on the
 //    device, without a host sync: each pass and launch after the first reads the amax first and
 //    exits at once when it is not its case.
-__device__ __forceinline__ bool wgf_unscaled(unsigned amax_bits) {
-  const int e = (int)(amax_bits >> 23) - 127;
-  return amax_bits == 0 || (e >= -2 && e <= 14);
-}
 __device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
@@ -1696,13 +1915,24 @@ bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& 
   return true;
 }
 
-// mma.sync tensor-core path for stride 1, groups 1. config 0 and 4..7 pick the tiling from the
-// shapes (0, 5 and 6 run the wgmma kernels instead where they apply; 4 forces this one); 1..3 force
-// (MT, NT) = (4, 8), (4, 4), (2, 8) (for tuning runs; on the phase path they force (P, CT) =
-// (4, 8), (2, 8), (1, 4)). Returns false where the path does not apply.
-bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, torch::Tensor& y, int64_t KH,
-             int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t split,
-             int64_t config, cudaStream_t stream) {
+template <int KH, int KW>
+void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* bias, torch::Tensor& y,
+                const MmaShape& s, int N, size_t smem, cudaStream_t stream) {
+  allow_smem<ct2d_mmh<2, 8, KH, KW>>(110 * 1024);
+  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
+  ct2d_mmh<2, 8, KH, KW><<<grid, THREADS, smem, stream>>>(
+      x.data_ptr<float>(), reinterpret_cast<const __half*>(wh.data_ptr<at::Half>()), (int)ew, bias,
+      y.data_ptr<float>(), s);
+}
+
+// mma.sync tensor-core path for stride 1, groups 1. config 0 and 4..9 pick the tiling from the
+// shapes (0, 5 and 6 run the wgmma kernels instead where they apply; 4 forces this path; the TF32
+// class runs ct2d_mmh where it applies with config 0 and 4, and ct2d_mma with 9); 1..3 force
+// (MT, NT) = (4, 8), (4, 4), (2, 8) of ct2d_mma (for tuning runs; on the phase path they force
+// (P, CT) = (4, 8), (2, 8), (1, 4)). Returns false where the path does not apply.
+bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tensor& wmh, int64_t wmh_exp,
+             const float* b, torch::Tensor& y, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w,
+             int64_t dil_h, int64_t dil_w, int64_t split, int64_t config, cudaStream_t stream) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
   if (!(KH == 3 && (KW == 3 || KW == 5 || KW == 7)) || Cout % 32 != 0 || Cin < 4) return false;
@@ -1714,12 +1944,18 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
     mt = Cout % 64 == 0 ? 4 : 2;
     nt = split == 3 ? (mt == 4 ? 4 : 8) : 8;
   } else {
-    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..8");
+    TORCH_CHECK(config >= 1 && config <= 3, "config must be 0..9");
     mt = config == 3 ? 2 : 4;
     nt = config == 1 ? 8 : (config == 2 ? 4 : 8);
   }
   if (Cout % (16 * mt) != 0) return false;
   if (split == 3 && mt * nt > 16) return false;
+  // the TF32 class as one fp16 product (ct2d_mmh) for 32 channels per block (config 0 and 4; 9 and
+  // the tilings 1..3 keep TF32)
+  const bool f16 = split == 1 && mt == 2 && nt == 8 && wmh.numel() > 0 && (config == 0 || config == 4);
+  TORCH_CHECK(!f16 || (wmh.is_cuda() && wmh.is_contiguous() && wmh.scalar_type() == at::kHalf &&
+                       wmh.numel() == (Cin + 15) / 16 * KH * KW * Cout * 16),
+              "fp16 MMA weight copy: expected (ceil(Cin/16), KH*KW, Cout, 16) half");
   MmaShape s{};
   s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout;
   s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
@@ -1744,21 +1980,36 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const float* b, to
   s.chunks = chunks;
   const size_t stage = ((size_t)s.plane * KC + (size_t)KH * KW * 16 * mt * KC) * sizeof(float);
   const size_t tab = (size_t)s.rows * s.units * sizeof(int2);
-  const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
-  s.stages = 3 * stage + tab <= per_block ? 3 : 2;
-  if (s.stages * stage + tab > per_block) return false;
-  const size_t smem = s.stages * stage + tab;
+  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
   // the epilogue through shared memory (ct2d_mma's s.epi) where the direct fragment stores' 32-byte
   // runs would not be whole sectors (Wout not a multiple of 8 or y not 32-byte aligned; H200, one
   // process: 71 0.669 to 0.624 ms; 78, whose rows are aligned, 1.003 against 1.021) and the warps'
   // buffers fit in the stages: 4-float stores where Wout is a multiple of 4 and y 16-byte aligned
   // (every warp's first column is a multiple of 64), 2-float where it is even and y 8-byte aligned
-  const uintptr_t y_addr = reinterpret_cast<uintptr_t>(y.data_ptr());
-  if ((Wout % 8 != 0 || y_addr % 32 != 0) &&
-      (size_t)(THREADS / 32) * 16 * (nt * 8 + 8) * sizeof(float) <= s.stages * stage) {
-    if (Wout % 4 == 0 && y_addr % 16 == 0) s.epi = 4;
-    else if (Wout % 2 == 0 && y_addr % 8 == 0) s.epi = 2;
+  auto epilogue = [&](size_t stages_bytes) {
+    if ((Wout % 8 != 0 || y_addr % 32 != 0) &&
+        (size_t)(THREADS / 32) * 16 * (nt * 8 + 8) * sizeof(float) <= stages_bytes) {
+      if (Wout % 4 == 0 && y_addr % 16 == 0) s.epi = 4;
+      else if (Wout % 2 == 0 && y_addr % 8 == 0) s.epi = 2;
+    }
+  };
+  if (f16) {  // three 8-channel slots, one chunk's fp16 weights (16 channels), the table; 2 blocks per SM
+    const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), smem = slots + (size_t)KH * KW * 32 * 32 + tab;
+    if (smem <= 110 * 1024) {
+      s.chunks = (Cin + 15) / 16;
+      s.stages = 3;
+      epilogue(slots);
+      if (KW == 3) launch_mmh<3, 3>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
+      else if (KW == 5) launch_mmh<3, 5>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
+      else launch_mmh<3, 7>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
+      return true;
+    }
   }
+  const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
+  s.stages = 3 * stage + tab <= per_block ? 3 : 2;
+  if (s.stages * stage + tab > per_block) return false;
+  const size_t smem = s.stages * stage + tab;
+  epilogue(s.stages * stage);
   if (split == 3) {
     if (mt == 4) return dispatch_taps<4, 4, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
     return dispatch_taps<2, 8, 3>(KH, KW, x, wm, b, y, s, N, smem, stream);
@@ -2001,12 +2252,13 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 // x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
 // phase kernel; wt: (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4), its
 // tensor-core variant's fragment-ordered TF32 hi and lo parts (empty: CUDA cores only); wm: (ceil(Cin/8), KH*KW, Cout, 8) for ct2d_mma, TF32-rounded when split == 1 and
-// exact when split == 3; wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs;
+// exact when split == 3; wmh (half) and wmh_exp: (ceil(Cin/16), KH*KW, Cout, 16), scaled by 2^wmh_exp,
+// for ct2d_mmh (split 1); wg: (ceil(Cin/8), KH*KW, ceil(Cout/8), 2, 8, 4), TF32-rounded, for ct2d_wgs;
 // wh (half) and wh_exp: the scaled fp16 parts for ct2d_wgf (split 1, hi) or ct2d_wgh (split 3, hi
 // and lo; see plan_f16)
-// (wm, wg and wh may be empty where their kernel does not apply). Returns y.
+// (wm, wmh, wg and wh may be empty where their kernel does not apply). Returns y.
 torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm,
-                                    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
+                                    torch::Tensor wmh, int64_t wmh_exp, torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias,
                                     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w,
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config) {
@@ -2014,7 +2266,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
-  TORCH_CHECK(config >= 0 && config <= 8, "config must be 0..8");
+  TORCH_CHECK(config >= 0 && config <= 9, "config must be 0..9");
   x = x.contiguous();
   wp = wp.contiguous();
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
@@ -2056,7 +2308,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
 #endif
     if (!done && wm.numel() > 0)
-      done = run_mma(x, wm, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream);
+      done = run_mma(x, wm, wmh, wmh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream);
 #if defined(CT2D_WGMMA)
     if (!done && wg_ok && config == 0) done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, 0, stream);
 #endif
@@ -2079,7 +2331,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     for (int kh = 0; kh < KH; ++kh) c += pos_mod(r + pad_h - kh * dil_h, stride_h) == 0;
     s.khn_max = std::max(s.khn_max, c);
   }
-  // config 0 (and 4..8): the tensor-core variant where its shared memory fits (TF32 for split 1,
+  // config 0 (and 4..9): the tensor-core variant where its shared memory fits (TF32 for split 1,
   // 3xTF32 for split 3; sized for three blocks per SM, or two with config 7 and four with 8, which
   // are tuning hooks), else the CUDA-core one with (P, CT) pixels x channels per thread chosen
   // here; 1..3 force (4, 8), (2, 8), (1, 4)
@@ -2101,7 +2353,7 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     else if (per_phase >= 96 && (per_phase + 127) / 128 * 128 <= 1.2 * per_phase) cfg = 1;
     else cfg = 2;
   }
-  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..8");
+  TORCH_CHECK(cfg >= 1 && cfg <= 3, "config must be 0..9");
   const bool fits = cfg == 1   ? launch_phase<4, 8, 0, 2>(x, wp, b, y, s, stream)
                     : cfg == 2 ? launch_phase<2, 8, 0, 2>(x, wp, b, y, s, stream)
                                : launch_phase<1, 4, 0, 2>(x, wp, b, y, s, stream);
