@@ -131,6 +131,7 @@ struct MmaShape {
   int vec, units;                  // copy unit: 4 columns (16 bytes) or 1; units per staged row
   int stages, chunks;              // cp.async pipeline depth; chunks of 8 (ct2d_mma) or 16 (ct2d_mmh) channels
   int epi;                         // epilogue through shared memory with 4- or 2-float stores, 0: direct
+  int wres;                        // ct2d_mmh: every chunk's weights resident (else one chunk's at a time)
 };
 
 // Implicit GEMM per image: D[co][pixel] = sum_{ci,kh,kw} W[co][ci,kh,kw] * X[ci,kh,kw][pixel].
@@ -488,13 +489,14 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 //    TF32's 11-bit significand (both round to nearest), its MMA does twice the work per instruction,
 //    and a B fragment of 16 channels takes the same two 4-byte shared loads as TF32's of 8. The
 //    weights arrive scaled by 2^ew, as fp16 [chunk of 16][tap][co][16] (the same 32-byte rows as
-//    ct2d_mma's), the output is scaled back.
+//    ct2d_mma's), and the output is scaled back. Every chunk's weights are staged once where the
+//    block has all output channels and they fit (s.wres), else one chunk's at a time.
 //    x is staged as in ct2d_mma (fp32, 8 channels per copy) into a ring of three slots and
 //    converted in shared memory: per chunk of 16 channels, slot a (channels 0-7) and slot 1 (8-15)
 //    become 8 planes of fp16 channel pairs over slot a (mmh_convert, in place). Per chunk: wait,
 //    sync (the previous chunk's MMAs are done: its slot and the weights are free), copy the chunk's
-//    weights and the next chunk's first 8 channels into the previous chunk's slot, convert, wait for
-//    the weights, sync, copy the next chunk's other 8 channels into slot 1, MMAs.
+//    weights (unless resident) and the next chunk's first 8 channels into the previous chunk's slot,
+//    convert, wait for the weights, sync, copy the next chunk's other 8 channels into slot 1, MMAs.
 //    The block takes x unscaled where the largest magnitude of what it staged (all the input its
 //    outputs depend on) is in the fp16 range (wgf_unscaled). Otherwise it runs its tile again from
 //    x scaled by 2^wgh_exp(its largest finite magnitude), measured first by a staging-only pass
@@ -553,13 +555,14 @@ __global__ void __launch_bounds__(THREADS, 2)
   const MmaBlock<MT, NT, KH, KW> b(s);
   if (b.tid < 2) block_amax[b.tid] = 0;
   MmaStager st;
-  st.init(s, reinterpret_cast<int2*>(smem + 3 * xs_size + W_BYTES / 4), x + (int64_t)b.n * s.Cin * s.Hin * s.Win,
-          b.ih_base, b.iw_base, b.tid);
+  st.init(s, reinterpret_cast<int2*>(smem + 3 * xs_size + (s.wres ? s.chunks : 1) * (W_BYTES / 4)),
+          x + (int64_t)b.n * s.Cin * s.Hin * s.Win, b.ih_base, b.iw_base, b.tid);
   __syncthreads();
   const char* wsrc = reinterpret_cast<const char*>(wh) + (int64_t)b.co0 * 32;
   auto slot = [&](int i) { return smem_base + i * xs_size * 4; };
+  auto w_chunk = [&](int c) { return s.wres ? w_s + c * W_BYTES : w_s; };
   auto copy_weights = [&](int c) {
-    mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_s, b.tid);
+    mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
   };
   const uint32_t a_lane = mma_a_lane(b.lane);
   const float* xs_lane = smem + b.t * s.plane + b.wr * s.rowlen + b.col0 + b.g + st.m;
@@ -573,7 +576,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     float amax = 0.f;
     st.copy(s, 0, slot(0));
     st.copy(s, 1, slot(1));
-    copy_weights(0);
+    for (int c = 0; c < (s.wres ? s.chunks : 1); ++c) copy_weights(c);
     cp_async_commit();
     if (subs > 2) st.copy(s, 2, slot(2));
     cp_async_commit();
@@ -583,7 +586,7 @@ __global__ void __launch_bounds__(THREADS, 2)
       else cp_async_wait_0();
       __syncthreads();
       if (c > 0) {
-        copy_weights(c);
+        if (!s.wres) copy_weights(c);
         cp_async_commit();
         if (2 * c + 2 < subs) st.copy(s, 2 * c + 2, slot(o));
         cp_async_commit();
@@ -596,7 +599,8 @@ __global__ void __launch_bounds__(THREADS, 2)
       __syncthreads();
       if (2 * c + 3 < subs) st.copy(s, 2 * c + 3, slot(1));
       cp_async_commit();
-      if (b.active && mode != 1) mma_chunk<MT, NT, 0, KH, KW>(acc, xs_lane + a * xs_size, w_s + a_lane, rowstep, khalf, s.dil_w, b.pairs);
+      if (b.active && mode != 1) mma_chunk<MT, NT, 0, KH, KW>(acc, xs_lane + a * xs_size, w_chunk(c) + a_lane, rowstep, khalf,
+                                                             s.dil_w, b.pairs);
       const int tmp = a;
       a = o;
       o = tmp;
@@ -1993,8 +1997,12 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
       else if (Wout % 2 == 0 && y_addr % 8 == 0) s.epi = 2;
     }
   };
-  if (f16) {  // three 8-channel slots, one chunk's fp16 weights (16 channels), the table; 2 blocks per SM
-    const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), smem = slots + (size_t)KH * KW * 32 * 32 + tab;
+  if (f16) {  // three 8-channel slots, the fp16 weights (every chunk's where one block has all channels
+              // and they fit, else one chunk's), the table; 2 blocks per SM
+    const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), wchunk = (size_t)KH * KW * 32 * 32;
+    const int64_t c16 = (Cin + 15) / 16;
+    s.wres = s.co_blocks == 1 && slots + c16 * wchunk + tab <= 110 * 1024;
+    const size_t smem = slots + (s.wres ? c16 : 1) * wchunk + tab;
     if (smem <= 110 * 1024) {
       s.chunks = (Cin + 15) / 16;
       s.stages = 3;
