@@ -64,44 +64,48 @@ def _phase_fragments(w: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.stack([hi, _round_tf32(a - hi)], dim=5).contiguous()
 
 
-def _fp16_exponent(w: torch.Tensor) -> int | None:
-    """e with the largest magnitude of w * 2^e in [2^14, 2^15), within [-113, 100] (as fast.cu's
-    wgh_exp does for x); None where a weight is not finite (the fp16 kernels then do not run)."""
+def _fp16_scaled(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor, int] | None:
+    """The weights of padded (Cin padded to 8, KH*KW, Cout padded to 8) in float64, (Cin, KH*KW,
+    Cout), times 2^e, with e such that the largest magnitude lies in [2^14, 2^15), within [-113, 100]
+    (as fast.cu's wgh_exp does for x); None where a weight is not finite (the fp16 kernels then do
+    not run)."""
+    w = padded[:cin, :, :cout].double()
     if not bool(torch.isfinite(w).all()):
         return None
     amax = float(w.abs().max())
-    return 0 if amax == 0 else min(max(15 - math.frexp(amax)[1], -113), 100)
+    e = 0 if amax == 0 else min(max(15 - math.frexp(amax)[1], -113), 100)
+    return w * 2.0 ** e, e
 
 
 def _mma_fp16(padded: torch.Tensor, cin: int, cout: int) -> tuple[torch.Tensor, int]:
     """Weights for ct2d_mmh (one fp16 product on mma.sync, TF32 class): padded is (Cin padded to 8,
-    KH*KW, Cout padded to 8); scaled by 2^e (_fp16_exponent), as (ceil(Cin/16), KH*KW, Cout, 16)
+    KH*KW, Cout padded to 8); scaled by 2^e (_fp16_scaled), as (ceil(Cin/16), KH*KW, Cout, 16)
     fp16, input channels innermost and zero-padded. Returns (weights, e); empty where a weight is
     not finite."""
-    w = padded[:cin, :, :cout].double()
-    e = _fp16_exponent(w)
-    if e is None:
+    scaled = _fp16_scaled(padded, cin, cout)
+    if scaled is None:
         return padded.new_empty(0, dtype=torch.float16), 0
+    w, e = scaled
     c16, taps = (cin + 15) // 16, padded.shape[1]
     a = torch.zeros(c16 * 16, taps, cout, dtype=torch.float64, device=padded.device)
-    a[:cin] = w * 2.0 ** e
+    a[:cin] = w
     return a.view(c16, 16, taps, cout).permute(0, 2, 3, 1).to(torch.float16).contiguous(), e
 
 
 def _fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[torch.Tensor, int]:
     """Weights for the fp16 wgmma kernels, ct2d_wgh (3xFP16, fp32 class: parts=2) and ct2d_wgf (one
     fp16 product, TF32 class: parts=1): padded is (Cin padded to 8, KH*KW, Cout padded to 8).
-    Scaled by 2^e (_fp16_exponent), split as hi = fp16(v), lo = fp16(v - hi) (parts=2), laid out as
+    Scaled by 2^e (_fp16_scaled), split as hi = fp16(v), lo = fp16(v - hi) (parts=2), laid out as
     [co / 64][ci / 16][hi, lo][tap][co % 64 / 8][ci % 16 / 8][co % 8][ci % 8], zero-padded.
     Returns (parts, e); empty parts where a weight is not finite."""
-    w = padded[:cin, :, :cout].double()
-    e = _fp16_exponent(w)
-    if e is None:
+    scaled = _fp16_scaled(padded, cin, cout)
+    if scaled is None:
         return padded.new_empty(0, dtype=torch.float16), 0
+    w, e = scaled
     taps = padded.shape[1]
     chunks, cob = (cin + 15) // 16, (cout + 63) // 64
     a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
-    a[:cin, :, :cout] = w * 2.0 ** e
+    a[:cin, :, :cout] = w
     hi = a.to(torch.float16)
     t = torch.stack([hi] if parts == 1 else [hi, (a - hi.double()).to(torch.float16)])  # [hl][ci][tap][co]
     t = t.view(parts, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8

@@ -287,8 +287,8 @@ __device__ __forceinline__ void mma_taps(float (&acc)[MT][NT][4], const float* x
           }
         }
       }
+      uint32_t a_lo[SPLIT == 3 ? MT : 1][4], b_lo[SPLIT == 3 ? NT : 1][2];  // 3xTF32's lo parts
       if constexpr (SPLIT == 3) {
-        uint32_t a_lo[MT][4], b_lo[NT][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -297,31 +297,21 @@ __device__ __forceinline__ void mma_taps(float (&acc)[MT][NT][4], const float* x
         for (int j = 0; j < NT; ++j)
 #pragma unroll
           for (int k = 0; k < 2; ++k) split_tf32(b[j][k], b_lo[j][k]);
+      }
 #pragma unroll
-        for (int jp = 0; jp < NT / 2; ++jp) {
-          if (FULL || jp < pairs) {
+      for (int jp = 0; jp < NT / 2; ++jp) {
+        if (FULL || jp < pairs) {
 #pragma unroll
-            for (int i = 0; i < MT; ++i)
+          for (int i = 0; i < MT; ++i)
 #pragma unroll
-              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+            for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
+              if constexpr (SPLIT == 3) {
                 mma_tf32(acc[i][j], a_lo[i], b[j]);
                 mma_tf32(acc[i][j], a[i], b_lo[j]);
-                mma_tf32(acc[i][j], a[i], b[j]);
               }
-          }
-        }
-      } else {
-#pragma unroll
-        for (int jp = 0; jp < NT / 2; ++jp) {
-          if (FULL || jp < pairs) {
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-              for (int j = 2 * jp; j < 2 * jp + 2; ++j) {
-                if constexpr (SPLIT == 0) mma_f16(acc[i][j], a[i], b[j]);
-                else mma_tf32(acc[i][j], a[i], b[j]);
-              }
-          }
+              if constexpr (SPLIT == 0) mma_f16(acc[i][j], a[i], b[j]);
+              else mma_tf32(acc[i][j], a[i], b[j]);
+            }
         }
       }
     }
