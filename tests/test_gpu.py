@@ -63,7 +63,8 @@ WGF_SHAPES = [s[:-1] + (s[2] <= 64,) for s in WGH_SHAPES] + [(2, 24, 72, (3, 7),
 
 def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True):
     """One fast-solution call on `shape` (x scaled by `scale`) against float64 at the class's
-    tolerance, with `kernel` (a substring of a launched kernel's name) expected to run or not."""
+    tolerance, with `kernel` (a substring of a launched kernel's name, or a tuple of substrings of
+    one name) expected to run or not."""
     import sys
 
     import torch
@@ -93,7 +94,8 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True):
             None if model.conv_transpose2d.bias is None else model.conv_transpose2d.bias.double(),
             padding=pad, dilation=dil)
     ran = {e.key for e in prof.key_averages()}
-    assert any(kernel in r for r in ran) == expected, sorted(ran)  # ct2d_wgs<kernel>
+    parts = kernel if isinstance(kernel, tuple) else (kernel,)
+    assert any(all(p in r for p in parts) for r in ran) == expected, sorted(ran)  # ct2d_wgs<kernel>
     tolerances = load_config(REPO_ROOT / "configs" / "default.yaml").correctness
     result = compare(out / scale, truth / scale, torch.float32,
                      tolerances.fp32 if cls.endswith("FP32") else tolerances.tf32)
@@ -149,7 +151,44 @@ MMH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected
 @pytest.mark.parametrize("scale", [1.0, 3e3, 1e5, 1e-6])
 @pytest.mark.parametrize("shape", MMH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
 def test_fast_mma_fp16_kernel_is_tf32_class(shape, scale):
-    _fast_kernel_case(shape, scale, "FastConvTranspose2d", "ct2d_mmh", config=4, sm90=False)
+    """ct2d_mmh, its x staged by TMA on sm_90a builds where rows are 16-byte multiples (Win % 4 == 0;
+    the template's last argument), else by cp.async."""
+    import torch
+
+    tma = torch.cuda.get_device_capability() == (9, 0) and shape[5] % 4 == 0
+    _fast_kernel_case(shape, scale, "FastConvTranspose2d", ("ct2d_mmh", ", true>" if tma else ", false>"),
+                      config=4, sm90=False)
+
+
+def test_fast_mma_fp16_misaligned_x_is_staged_by_cp_async():
+    """x whose data is not 16-byte aligned (a view one element in) cannot be a TMA tensor: ct2d_mmh
+    stages it with 4-byte cp.async copies and stays within the TF32 tolerance."""
+    import sys
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness import REPO_ROOT
+    from harness.numerics import compare
+
+    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    import ct2d_fast
+
+    torch.manual_seed(0)
+    model = ct2d_fast.FastConvTranspose2d(32, 32, (3, 3), padding=1).cuda()
+    x = torch.randn(2 * 32 * 12 * 64 + 1, device="cuda")[1:].view(2, 32, 12, 64)
+    assert x.data_ptr() % 16 != 0
+    with torch.no_grad():
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = model(x)
+            torch.cuda.synchronize()
+        truth = torch.nn.functional.conv_transpose2d(x.double(), model.conv_transpose2d.weight.double(),
+                                                     model.conv_transpose2d.bias.double(), padding=1)
+    ran = {e.key for e in prof.key_averages()}
+    assert any("ct2d_mmh" in r and ", false>" in r for r in ran), sorted(ran)
+    tolerance = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+    result = compare(out, truth, torch.float32, tolerance)
+    assert result.ok, result.message
 
 
 def test_fast_mma_fp16_blocks_choose_their_scale():

@@ -35,6 +35,7 @@
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include <cuda.h>  // CUtensorMap (the tensor map of ct2d_mmh's TMA staging; no driver call here)
 #include <cuda_fp16.h>
 #include <cstdint>
 #include <type_traits>
@@ -475,13 +476,68 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
   mma_store<MT, NT, false>(s, acc, b, bias, y, smem);
 }
 
+#if defined(CT2D_WGMMA)
+// cp.async writes are generic-proxy writes; the wgmma reads through the async proxy
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// mbarriers (shared::cta): the producer's cp.async copies arrive on "stage full" when they land
+// (cp.async.mbarrier.arrive.noinc, one arrival per producer thread); each consumer warp arrives on
+// "stage free" once the MMAs that read the stage have completed. Waits use the phase parity.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// bulk copy engine (TMA, 1-D): bytes (multiple of 16, both addresses 16-byte aligned) from global
+// to shared memory, completing as transaction bytes on the mbarrier
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const float* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// TMA (tensor copy): the box at coordinates (c0 innermost .. c3) of the tensor map, out-of-range
+// elements zero-filled, to shared memory at dst (128-byte aligned), completing as transaction bytes
+// on the mbarrier
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+#endif  // CT2D_WGMMA
+
 // 1b. ct2d_mmh: ct2d_mma's TF32 class with one fp16 product per MMA (mma.sync m16n8k16). fp16 has
 //    TF32's 11-bit significand (both round to nearest), its MMA does twice the work per instruction,
 //    and a B fragment of 16 channels takes the same two 4-byte shared loads as TF32's of 8. The
 //    weights arrive scaled by 2^ew, as fp16 [chunk of 16][tap][co][16] (the same 32-byte rows as
 //    ct2d_mma's), and the output is scaled back. Every chunk's weights are staged once where the
 //    block has all output channels and they fit (s.wres), else one chunk's at a time.
-//    x is staged as in ct2d_mma (fp32, 8 channels per copy) into a ring of three slots and
+//    x is staged as fp32, 8 channels per copy, into a ring of three slots: on sm_90a builds by TMA
+//    where x's rows are 16-byte multiples and x is 16-byte aligned (one tensor copy per slot issued
+//    by one thread, out-of-range elements zero-filled, completion on the slot's mbarrier; a slot is
+//    then exactly [8][rows][rowlen], rowlen and rows chosen so that a plane is 8 mod 16 floats),
+//    else as in ct2d_mma (every thread's cp.async copies from the offset table; on 71 that loop was
+//    a third of the block's instructions, ncu: TMA took 71 from 0.535 to 0.444 ms and 78 from 0.695
+//    to 0.632, H200, one process). The slots are
 //    converted in shared memory: per chunk of 16 channels, slot a (channels 0-7) and slot 1 (8-15)
 //    become 8 planes of fp16 channel pairs over slot a (mmh_convert, in place). Per chunk: wait,
 //    sync (the previous chunk's MMAs are done: its slot and the weights are free), copy the chunk's
@@ -531,28 +587,61 @@ __device__ __forceinline__ void mmh_convert(const MmaShape& s, float* xa, const 
   }
 }
 
-template <int MT, int NT, int KH, int KW>
+template <int MT, int NT, int KH, int KW, bool TMA>
 __global__ void __launch_bounds__(THREADS, 2)
     ct2d_mmh(const float* __restrict__ x, const __half* __restrict__ wh, int ew, const float* __restrict__ bias,
-             float* __restrict__ y, const MmaShape s) {
+             float* __restrict__ y, const MmaShape s, const __grid_constant__ CUtensorMap xmap) {
   constexpr int BM = 16 * MT, TAPS = KH * KW;
   constexpr int W_BYTES = TAPS * BM * 32;
-  extern __shared__ __align__(16) float smem[];
+  extern __shared__ __align__(128) float mmh_smem[];  // TMA: slots 128-byte aligned
+  float* smem = mmh_smem;
   __shared__ unsigned block_amax[2];  // of passes 0 and 1 (mode 1)
+  __shared__ __align__(8) uint64_t xbar[3];  // TMA: slot i's copy has landed
   const int xs_size = s.plane * KC;  // floats per slot
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t w_s = smem_base + 3 * xs_size * 4;
   const MmaBlock<MT, NT, KH, KW> b(s);
   if (b.tid < 2) block_amax[b.tid] = 0;
   MmaStager st;
-  st.init(s, reinterpret_cast<int2*>(smem + 3 * xs_size + (s.wres ? s.chunks : 1) * (W_BYTES / 4)),
-          x + (int64_t)b.n * s.Cin * s.Hin * s.Win, b.ih_base, b.iw_base, b.tid);
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(xbar));
+  [[maybe_unused]] uint32_t phase = 0;  // TMA: bit i, the parity of slot i's next copy
+  if constexpr (TMA) {
+#if defined(CT2D_WGMMA)
+    st.m = b.iw_base & 3;  // the box starts at a multiple of 4 columns (16 bytes), as TMA needs
+    if (b.tid < 3) mbar_init(bar0 + 8 * b.tid, 1);
+    fence_proxy_async();  // the initialised barriers, seen by the tensor copies
+#endif
+  } else {
+    st.init(s, reinterpret_cast<int2*>(smem + 3 * xs_size + (s.wres ? s.chunks : 1) * (W_BYTES / 4)),
+            x + (int64_t)b.n * s.Cin * s.Hin * s.Win, b.ih_base, b.iw_base, b.tid);
+  }
   __syncthreads();
   const char* wsrc = reinterpret_cast<const char*>(wh) + (int64_t)b.co0 * 32;
   auto slot = [&](int i) { return smem_base + i * xs_size * 4; };
   auto w_chunk = [&](int c) { return s.wres ? w_s + c * W_BYTES : w_s; };
   auto copy_weights = [&](int c) {
     mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
+  };
+  // input channels [8 u, 8 u + 8) into slot i: TMA, one box of 8 channel planes issued by thread 0
+  // (the block has synced since every earlier access to the slot), else the block's cp.async copies
+  auto stage = [&](int u, int i) {
+    if constexpr (TMA) {
+#if defined(CT2D_WGMMA)
+      if (b.tid == 0) {
+        fence_proxy_async();  // the slot's earlier generic accesses (conversion, epilogue) before the copy
+        mbar_arrive_expect_tx(bar0 + 8 * i, xs_size * 4);
+        tma_load_4d(slot(i), &xmap, b.iw_base - st.m, b.ih_base, u * KC, b.n, bar0 + 8 * i);
+      }
+#endif
+    } else {
+      st.copy(s, u, slot(i));
+    }
+  };
+  auto landed = [&](int i) {  // TMA: wait for slot i's copy
+#if defined(CT2D_WGMMA)
+    mbar_wait(bar0 + 8 * i, (phase >> i) & 1);
+    phase ^= 1u << i;
+#endif
   };
   const uint32_t a_lane = mma_a_lane(b.lane);
   const float* xs_lane = smem + b.t * s.plane + b.wr * s.rowlen + b.col0 + b.g + st.m;
@@ -564,30 +653,41 @@ __global__ void __launch_bounds__(THREADS, 2)
   for (int pass = 0, mode = 0;; ++pass) {
     mma_zero(acc);
     float amax = 0.f;
-    st.copy(s, 0, slot(0));
-    st.copy(s, 1, slot(1));
+    stage(0, 0);
+    stage(1, 1);
+    if (TMA && subs > 2) stage(2, 2);
     for (int c = 0; c < (s.wres ? s.chunks : 1); ++c) copy_weights(c);
     cp_async_commit();
-    if (subs > 2) st.copy(s, 2, slot(2));
+    if (!TMA && subs > 2) stage(2, 2);
     cp_async_commit();
     int a = 0, o = 2;  // this chunk's slot (its channels 0-7, then the fp16 pairs); the previous chunk's
     for (int c = 0; c < s.chunks; ++c) {
-      if (c == 0) cp_async_wait_1();
-      else cp_async_wait_0();
+      if (TMA) {
+        landed(a);
+        landed(1);
+        if (c == 0) cp_async_wait_0();  // the weights
+      } else if (c == 0) {
+        cp_async_wait_1();
+      } else {
+        cp_async_wait_0();
+      }
       __syncthreads();
       if (c > 0) {
         if (!s.wres) copy_weights(c);
         cp_async_commit();
-        if (2 * c + 2 < subs) st.copy(s, 2 * c + 2, slot(o));
+        if (2 * c + 2 < subs) stage(2 * c + 2, o);
         cp_async_commit();
       }
       float* xa = smem + a * xs_size;
       if (mode == 0) mmh_convert<0>(s, xa, smem + xs_size, sc, amax, b.tid);
       else if (mode == 1) mmh_convert<1>(s, xa, smem + xs_size, sc, amax, b.tid);
       else mmh_convert<2>(s, xa, smem + xs_size, sc, amax, b.tid);
-      if (c > 0) cp_async_wait_1();  // the weights (the next chunk's first copy may fly)
+      if (c > 0) {  // the weights (the next chunk's first copy may fly)
+        if (TMA) cp_async_wait_0();
+        else cp_async_wait_1();
+      }
       __syncthreads();
-      if (2 * c + 3 < subs) st.copy(s, 2 * c + 3, slot(1));
+      if (2 * c + 3 < subs) stage(2 * c + 3, 1);
       cp_async_commit();
       if (b.active && mode != 1) mma_chunk<MT, NT, 0, KH, KW>(acc, xs_lane + a * xs_size, w_chunk(c) + a_lane, rowstep, khalf,
                                                              s.dil_w, b.pairs);
@@ -660,8 +760,6 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-// cp.async writes are generic-proxy writes; the wgmma reads through the async proxy
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // keep the compiler from moving accumulator accesses across the asynchronous MMAs
 __device__ __forceinline__ void pin(float (&d)[128]) {
 #pragma unroll
@@ -929,38 +1027,6 @@ __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock
   }
 }
 
-// mbarriers (shared::cta): the producer's cp.async copies arrive on "stage full" when they land
-// (cp.async.mbarrier.arrive.noinc, one arrival per producer thread); each consumer warp arrives on
-// "stage free" once the MMAs that read the stage have completed. Waits use the phase parity.
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// bulk copy engine (TMA, 1-D): bytes (multiple of 16, both addresses 16-byte aligned) from global
-// to shared memory, completing as transaction bytes on the mbarrier
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const float* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 // ct2d_wgs: one chunk's weights with the bulk copy engine, issued by one producer warp: one copy
 // where the block has all channels (contiguous), else one per tap. Lane 0 announces the bytes on
 // the stage's "full" barrier (one of its arrivals).
@@ -1909,15 +1975,56 @@ bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& 
   return true;
 }
 
+template <int KH, int KW, bool TMA>
+void launch_mmh_t(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* bias, torch::Tensor& y,
+                  const MmaShape& s, int N, size_t smem, const CUtensorMap& xmap, cudaStream_t stream) {
+  allow_smem<ct2d_mmh<2, 8, KH, KW, TMA>>(110 * 1024);
+  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
+  ct2d_mmh<2, 8, KH, KW, TMA><<<grid, THREADS, smem, stream>>>(
+      x.data_ptr<float>(), reinterpret_cast<const __half*>(wh.data_ptr<at::Half>()), (int)ew, bias,
+      y.data_ptr<float>(), s, xmap);
+}
 template <int KH, int KW>
 void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* bias, torch::Tensor& y,
-                const MmaShape& s, int N, size_t smem, cudaStream_t stream) {
-  allow_smem<ct2d_mmh<2, 8, KH, KW>>(110 * 1024);
-  dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
-  ct2d_mmh<2, 8, KH, KW><<<grid, THREADS, smem, stream>>>(
-      x.data_ptr<float>(), reinterpret_cast<const __half*>(wh.data_ptr<at::Half>()), (int)ew, bias,
-      y.data_ptr<float>(), s);
+                const MmaShape& s, int N, size_t smem, const CUtensorMap* xmap, cudaStream_t stream) {
+#if defined(CT2D_WGMMA)
+  if (xmap) return launch_mmh_t<KH, KW, true>(x, wh, ew, bias, y, s, N, smem, *xmap, stream);
+#endif
+  launch_mmh_t<KH, KW, false>(x, wh, ew, bias, y, s, N, smem, CUtensorMap{}, stream);
 }
+
+#if defined(CT2D_WGMMA)
+// ct2d_mmh's TMA staging (sm_90a builds): x as a 4-D tensor (W, H, C, N; fp32) whose box is one
+// slot, [8 channels][s.rows][s.rowlen]; out-of-range rows, columns and channels are zero-filled.
+// Needs rows of a multiple of 16 bytes (Win % 4 == 0) and x 16-byte aligned. The encoder is the
+// driver's cuTensorMapEncodeTiled, looked up once through the runtime (no libcuda link). Returns
+// false where the map cannot be made (the cp.async staging then runs).
+bool mmh_tensor_map(CUtensorMap* map, const torch::Tensor& x, const MmaShape& s) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    cudaGetLastError();
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (!encode || s.Win % 4 != 0 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0 || s.rowlen > 256 ||
+      s.rows > 256)
+    return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)s.Win, (cuuint64_t)s.Hin, (cuuint64_t)s.Cin, (cuuint64_t)x.size(0)};
+  const cuuint64_t strides[3] = {(cuuint64_t)s.Win * 4, (cuuint64_t)s.Hin * s.Win * 4,
+                                 (cuuint64_t)s.Cin * s.Hin * s.Win * 4};
+  const cuuint32_t box[4] = {(cuuint32_t)s.rowlen, (cuuint32_t)s.rows, (cuuint32_t)KC, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, x.data_ptr(), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+#endif
 
 // mma.sync tensor-core path for stride 1, groups 1. config 0 and 4..9 pick the tiling from the
 // shapes (0, 5 and 6 run the wgmma kernels instead where they apply; 4 forces this path; the TF32
@@ -1988,20 +2095,39 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
     }
   };
   if (f16) {  // three 8-channel slots, the fp16 weights (every chunk's where one block has all channels
-              // and they fit, else one chunk's), the table; 2 blocks per SM
+              // and they fit, else one chunk's), the table (cp.async staging); 2 blocks per SM
+    const MmaShape s_cp = s;
+    const CUtensorMap* xmap = nullptr;
+#if defined(CT2D_WGMMA)
+    // TMA staging: the box is the slot, so a plane is exactly rows x rowlen floats. The box starts
+    // at a multiple of 4 columns (TMA needs 16-byte aligned starts), up to 3 before the tile's
+    // first; rows and rowlen are chosen (up to 3 more rows, 12 more columns) so that the plane is
+    // 8 mod 16 floats (conflict-free B loads, and slots of a multiple of 128 bytes, as TMA needs)
+    CUtensorMap map;
+    int best = 0;
+    const int64_t w0 = (need + 3 + 3) / 4 * 4;
+    for (int r = s.rows; r <= s.rows + 3; ++r)
+      for (int64_t w = w0; w <= w0 + 12; w += 4)
+        if ((r * w) % 16 == 8 && (!best || r * w < best)) best = r * w, s.rows = r, s.rowlen = w;
+    s.plane = best;
+    if (best && mmh_tensor_map(&map, x, s)) xmap = &map;
+    else s = s_cp;
+#endif
     const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), wchunk = (size_t)KH * KW * 32 * 32;
+    const size_t table = xmap ? 0 : tab;
     const int64_t c16 = (Cin + 15) / 16;
-    s.wres = s.co_blocks == 1 && slots + c16 * wchunk + tab <= 110 * 1024;
-    const size_t smem = slots + (s.wres ? c16 : 1) * wchunk + tab;
+    s.wres = s.co_blocks == 1 && slots + c16 * wchunk + table <= 110 * 1024;
+    const size_t smem = slots + (s.wres ? c16 : 1) * wchunk + table;
     if (smem <= 110 * 1024) {
       s.chunks = (Cin + 15) / 16;
       s.stages = 3;
       epilogue(slots);
-      if (KW == 3) launch_mmh<3, 3>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
-      else if (KW == 5) launch_mmh<3, 5>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
-      else launch_mmh<3, 7>(x, wmh, wmh_exp, b, y, s, N, smem, stream);
+      if (KW == 3) launch_mmh<3, 3>(x, wmh, wmh_exp, b, y, s, N, smem, xmap, stream);
+      else if (KW == 5) launch_mmh<3, 5>(x, wmh, wmh_exp, b, y, s, N, smem, xmap, stream);
+      else launch_mmh<3, 7>(x, wmh, wmh_exp, b, y, s, N, smem, xmap, stream);
       return true;
     }
+    s = s_cp;
   }
   const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
   s.stages = 3 * stage + tab <= per_block ? 3 : 2;
