@@ -175,7 +175,8 @@ def test_fast_mma_fp16_misaligned_x_is_staged_by_cp_async():
     import ct2d_fast
 
     torch.manual_seed(0)
-    model = ct2d_fast.FastConvTranspose2d(32, 32, (3, 3), padding=1).cuda()
+    model = ct2d_fast.FastConvTranspose2d(32, 32, (3, 3), padding=1, bias=True).cuda()
+    model.config = 4  # the mma.sync path (config 0 may pick a wgmma kernel on sm_90a)
     x = torch.randn(2 * 32 * 12 * 64 + 1, device="cuda")[1:].view(2, 32, 12, 64)
     assert x.data_ptr() % 16 != 0
     with torch.no_grad():
