@@ -61,10 +61,10 @@ WGH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, wgh expe
 WGF_SHAPES = [s[:-1] + (s[2] <= 64,) for s in WGH_SHAPES] + [(2, 24, 72, (3, 7), 17, 45, (1, 3), 1, True, False)]
 
 
-def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True):
-    """One fast-solution call on `shape` (x scaled by `scale`) against float64 at the class's
-    tolerance, with `kernel` (a substring of a launched kernel's name, or a tuple of substrings of
-    one name) expected to run or not."""
+def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned=False):
+    """One fast-solution call on `shape` (x scaled by `scale`; misaligned: x's data one element past
+    a 16-byte boundary) against float64 at the class's tolerance, with `kernel` (a substring of a
+    launched kernel's name, or a tuple of substrings of one name) expected to run or not."""
     import sys
 
     import torch
@@ -83,8 +83,10 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True):
     torch.manual_seed(0)
     model = getattr(ct2d_fast, cls)(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda()
     model.config = config
-    x = (torch.rand(n, cin, h, w, device="cuda") if cls.endswith("FP32") else torch.randn(n, cin, h, w, device="cuda"))
-    x = x * scale
+    numel = n * cin * h * w + misaligned
+    x = torch.rand(numel, device="cuda") if cls.endswith("FP32") else torch.randn(numel, device="cuda")
+    x = (x * scale)[int(misaligned):].view(n, cin, h, w)
+    assert (x.data_ptr() % 16 != 0) == misaligned
     with torch.no_grad():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             out = model(x)
@@ -162,34 +164,10 @@ def test_fast_mma_fp16_kernel_is_tf32_class(shape, scale):
 
 def test_fast_mma_fp16_misaligned_x_is_staged_by_cp_async():
     """x whose data is not 16-byte aligned (a view one element in) cannot be a TMA tensor: ct2d_mmh
-    stages it with 4-byte cp.async copies and stays within the TF32 tolerance."""
-    import sys
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from harness import REPO_ROOT
-    from harness.numerics import compare
-
-    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
-    import ct2d_fast
-
-    torch.manual_seed(0)
-    model = ct2d_fast.FastConvTranspose2d(32, 32, (3, 3), padding=1, bias=True).cuda()
-    model.config = 4  # the mma.sync path (config 0 may pick a wgmma kernel on sm_90a)
-    x = torch.randn(2 * 32 * 12 * 64 + 1, device="cuda")[1:].view(2, 32, 12, 64)
-    assert x.data_ptr() % 16 != 0
-    with torch.no_grad():
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            out = model(x)
-            torch.cuda.synchronize()
-        truth = torch.nn.functional.conv_transpose2d(x.double(), model.conv_transpose2d.weight.double(),
-                                                     model.conv_transpose2d.bias.double(), padding=1)
-    ran = {e.key for e in prof.key_averages()}
-    assert any("ct2d_mmh" in r and ", false>" in r for r in ran), sorted(ran)
-    tolerance = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
-    result = compare(out, truth, torch.float32, tolerance)
-    assert result.ok, result.message
+    stages it with 4-byte cp.async copies and stays within the TF32 tolerance (config 4: the
+    mma.sync path, which config 0 may leave for a wgmma kernel on sm_90a)."""
+    _fast_kernel_case((2, 32, 32, (3, 3), 12, 64, 1, 1, True, True), 1.0, "FastConvTranspose2d",
+                      ("ct2d_mmh", ", false>"), config=4, sm90=False, misaligned=True)
 
 
 def test_fast_mma_fp16_blocks_choose_their_scale():

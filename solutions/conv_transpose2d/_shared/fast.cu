@@ -477,7 +477,8 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 }
 
 #if defined(CT2D_WGMMA)
-// cp.async writes are generic-proxy writes; the wgmma reads through the async proxy
+// orders this thread's generic-proxy shared-memory accesses (and, after a barrier, the block's)
+// before later async-proxy ones: cp.async writes read by the wgmma, slots rewritten by TMA
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // mbarriers (shared::cta): the producer's cp.async copies arrive on "stage full" when they land
@@ -1996,7 +1997,7 @@ void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, con
 #if defined(CT2D_WGMMA)
 // ct2d_mmh's TMA staging (sm_90a builds): x as a 4-D tensor (W, H, C, N; fp32) whose box is one
 // slot, [8 channels][s.rows][s.rowlen]; out-of-range rows, columns and channels are zero-filled.
-// Needs rows of a multiple of 16 bytes (Win % 4 == 0) and x 16-byte aligned. The encoder is the
+// Needs rows of a multiple of 16 bytes and x 16-byte aligned (s.vec). The encoder is the
 // driver's cuTensorMapEncodeTiled, looked up once through the runtime (no libcuda link). Returns
 // false where the map cannot be made (the cp.async staging then runs).
 bool mmh_tensor_map(CUtensorMap* map, const torch::Tensor& x, const MmaShape& s) {
@@ -2012,9 +2013,7 @@ bool mmh_tensor_map(CUtensorMap* map, const torch::Tensor& x, const MmaShape& s)
     cudaGetLastError();
     return reinterpret_cast<Encode>(fn);
   }();
-  if (!encode || s.Win % 4 != 0 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0 || s.rowlen > 256 ||
-      s.rows > 256)
-    return false;
+  if (!encode || !s.vec || s.rowlen > 256 || s.rows > 256) return false;
   const cuuint64_t dims[4] = {(cuuint64_t)s.Win, (cuuint64_t)s.Hin, (cuuint64_t)s.Cin, (cuuint64_t)x.size(0)};
   const cuuint64_t strides[3] = {(cuuint64_t)s.Win * 4, (cuuint64_t)s.Hin * s.Win * 4,
                                  (cuuint64_t)s.Cin * s.Hin * s.Win * 4};
