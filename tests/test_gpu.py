@@ -116,6 +116,31 @@ def test_fast_wgmma_fp16_kernel_is_tf32_class(shape, scale):
     _fast_kernel_case(shape, scale, "FastConvTranspose2d", "WgdFp16Ops")  # ct2d_wgf, x staged by its producer
 
 
+# ct2d_wgf's producer ring filled by TMA (rows of 16-byte multiples, x 16-byte aligned; the
+# template argument of WgdFp16Ops), else by cp.async: box starts 1, 2 or 3 columns before the
+# tile's first staged column, several tile columns, rows past the image, channels past Cin (a half
+# chunk with one channel, and wholly empty ones), 32 chunks; where the TMA boxes leave no room for
+# three stages, and where x is misaligned, the cp.async ring runs.
+WGF_TMA_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, TMA expected)
+    (2, 24, 64, (3, 3), 9, 300, 1, 1, True, True),            # 6 tile columns; channels 24-31 empty
+    (3, 33, 48, (2, 4), 11, 52, (0, 1), (2, 1), True, True),  # channel 32 alone in its half
+    (1, 512, 64, (3, 3), 8, 16, 0, 1, False, True),           # 32 chunks
+    (2, 20, 40, (3, 3), 13, 36, 1, 2, True, False),           # no room for the boxes: cp.async
+]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e5, 1e-6])
+@pytest.mark.parametrize("shape", WGF_TMA_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
+def test_fast_wgmma_fp16_producer_ring_by_tma(shape, scale):
+    kernel = "WgdFp16Ops<true>" if shape[-1] else "WgdFp16Ops<false>"
+    _fast_kernel_case(shape[:-1] + (True,), scale, "FastConvTranspose2d", kernel)
+
+
+def test_fast_wgmma_fp16_misaligned_x_fills_the_ring_by_cp_async():
+    _fast_kernel_case(WGF_TMA_SHAPES[0][:-1] + (True,), 1.0, "FastConvTranspose2d", "WgdFp16Ops<false>",
+                      misaligned=True)
+
+
 # ct2d_mma (mma.sync; 71 and 78 in the fp32 class, TF32 forced with config 9): its epilogue through
 # shared memory with 4-float stores (Wout a multiple of 4, not of 8), 2-float (even) and direct
 # fragment stores (odd, or a multiple of 8), with a partial last tile column, bias, dilation; MT = 2

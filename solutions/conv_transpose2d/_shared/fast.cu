@@ -751,6 +751,7 @@ struct WgShape {
   int epi_vec;                     // epilogue through shared memory (wg_epilogue_smem) with 4- or 2-float stores, 0: direct
   int stagger;                     // ct2d_wgs: consumer 1 runs this many chunks behind consumer 0 (0: in step)
   int raw;                         // ct2d_wgf: its producer's raw ring, bytes after the stages' start (0: none)
+  int raw_rl, raw_rows;            // the ring's slots as TMA boxes [8 ch][raw_rows][raw_rl] (0: [8 ch][S], cp.async)
 };
 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -1044,6 +1045,7 @@ __device__ __forceinline__ void wg_bulk_weights(const WgShape& s, const WgBlock&
   }
 }
 constexpr int WGS_MAX_STAGES = 5;
+constexpr int WGR_SLOTS = 3;  // ct2d_wgf's raw ring (WgdFp16Ops)
 constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB per block less the static barriers
 
 // Warp-specialized and persistent: each block takes the work items (tile, image) blockIdx.x,
@@ -1057,10 +1059,11 @@ constexpr int kWgSmemMax = 227 * 1024 - 1024;  // dynamic shared memory: 227 KB 
 // stage, its MMAs, the output scale, and whether this launch has nothing to do (skip).
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 // a producer thread's own state across its chunks (Ops::kDirect): the largest finite magnitude it
-// staged (bits), the raw ring's shared address
+// staged (bits), the raw ring's shared address, and where its slots are filled by TMA, their
+// mbarriers' shared address and parities (bit i: slot i's next completion)
 struct WgProducer {
   unsigned amax;
-  uint32_t raw;
+  uint32_t raw, rbar, rphase;
 };
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 // What an Ops has unless it says otherwise: every launch runs, nothing before an item's chunks or
@@ -1072,6 +1075,7 @@ struct WgOpsDefaults {
   __device__ __forceinline__ void done(const WgProducer&, int) const {}
   static constexpr bool kStagger = false;  // staggered consumers (s.stagger) compiled in
   static constexpr bool kDirect = false;   // stage() writes the stage with shared stores (plain arrival)
+  static constexpr bool kTable = true;     // stage() reads the offset table (wg_offsets)
 };
 struct WgsTf32Ops : WgOpsDefaults {
   const float* __restrict__ x;
@@ -1089,28 +1093,33 @@ struct WgsTf32Ops : WgOpsDefaults {
 };
 template <class Ops>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
-    ct2d_wgs(const Ops ops, const float* __restrict__ bias, float* __restrict__ y, const WgShape s, int gx, int items) {
+    ct2d_wgs(const __grid_constant__ Ops ops, const float* __restrict__ bias, float* __restrict__ y, const WgShape s, int gx,
+             int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (ops.skip()) return;  // ct2d_wgf: the launch that is not for this call's x (see WgfFp16Ops)
-  extern __shared__ __align__(128) float smem[];
-  __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES];  // full[S], free[S]
-  int* off = reinterpret_cast<int*>(smem);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + s.tab_bytes;
+  // its own name: ct2d_mma declares `smem` 16-byte aligned, and the TMA slots need 128 bytes
+  extern __shared__ __align__(128) float wgs_smem[];
+  __shared__ __align__(8) uint64_t bars[2 * WGS_MAX_STAGES + WGR_SLOTS];  // full[S], free[S], raw ring (TMA)
+  int* off = reinterpret_cast<int*>(wgs_smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(wgs_smem)) + s.tab_bytes;
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), free0 = full0 + 8 * WGS_MAX_STAGES;
   const int S = s.stages, chunks = s.chunks, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x < S) {
     mbar_init(full0 + 8 * threadIdx.x, WG_THREADS + 1);  // one per producer thread, one for the weights
     mbar_init(free0 + 8 * threadIdx.x, 8);               // one per consumer warp
   }
+  const uint32_t rbar0 = free0 + 8 * WGS_MAX_STAGES;
+  if (threadIdx.x < WGR_SLOTS) mbar_init(rbar0 + 8 * threadIdx.x, 1);  // the TMA copy's arrival
+  fence_proxy_async();  // the initialised barriers, seen by the tensor copies
   __syncthreads();  // barrier initialisation visible to all
   if (wgi == 0) {
     // stage st of the block's chunk g = st + S k; k's parity is ph (incremental: no division)
     int g = 0, st = 0, ph = 0;
-    WgProducer pr{0u, base + s.raw};
+    WgProducer pr{0u, base + s.raw, rbar0, 0u};
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const WgBlock b = wg_block(s, 64 * s.cwn, item % gx, item / gx);
       producer_sync();  // every producer thread has issued the previous item's copies
-      wg_offsets(s, b, off, tid, WG_THREADS);
+      if constexpr (Ops::kTable) wg_offsets(s, b, off, tid, WG_THREADS);
       producer_sync();
       ops.begin(s, b, off, tid, pr);
       for (int c = 0; c < chunks; ++c, ++g) {
@@ -1364,8 +1373,9 @@ struct WghFp16Ops : WgFp16Stage<2> {
 //    care: the weights are scaled as for ct2d_wgh. x is converted to fp16 unscaled, and its largest
 //    finite magnitude computed on the way, either
 //    - by the kernel's producer as it stages x (WgdFp16Ops: raw fp32 copies into a ring of
-//      buffers, converted in shared memory; no pre-pass), where the block has all output channels
-//      (x is read once) and the ring leaves room for three stages with staggered consumers, or
+//      buffers, by TMA where x's rows are 16-byte multiples, converted in shared memory; no
+//      pre-pass), where the block has all output channels (x is read once) and the ring leaves
+//      room for three stages with staggered consumers, or
 //    - by a pre-pass (fp16_convert) whose copy the kernel stages (WgfFp16Ops, scaled = 0).
 //    Where that magnitude lies in [2^-2, 2^15) (wgf_unscaled: no overflow, and every value down to
 //    2^-16 of it is a normal fp16; randn and rand inputs) that launch's output stands. Otherwise a
@@ -1377,13 +1387,16 @@ __device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y,
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
 // ct2d_wgf's producer stages x itself (no pre-pass): per item, its chunks' halves u (8 channels:
-// chunk u / 2, channels 8 (u % 2)..+7) are copied raw (fp32, 4-byte cp.async, positions outside the
-// image and channels past Cin zero-filled) into a ring of WGR_SLOTS buffers [8 ch][S positions],
-// WGR_SLOTS - 1 halves ahead, each as one cp.async group; half u is then converted by the
-// producer into its stage's plane u % 2 of [q][8 ci] (fp16; consecutive lanes, consecutive
-// positions: conflict-free 4-byte loads, one 16-byte store per position), which also takes the
-// largest finite magnitude (m, bits).
-constexpr int WGR_SLOTS = 3;
+// chunk u / 2, channels 8 (u % 2)..+7) are copied raw (fp32; positions outside the image and
+// channels past Cin zero-filled) into a ring of WGR_SLOTS slots, WGR_SLOTS - 1 halves ahead:
+// - TMA (sm_90a, rows of 16-byte multiples, x 16-byte aligned): one box [8 ch][s.raw_rows rows]
+//   [s.raw_rl columns] per half, issued by producer thread 0, starting at the tile's first staged
+//   row and up to 3 columns before its first staged column (a multiple of 4: TMA needs 16-byte
+//   aligned starts); slot i's mbarrier completes when it has landed;
+// - else 4-byte cp.async copies by every producer thread into [8 ch][S positions], one group each.
+// Half u is then converted by the producer into its stage's plane u % 2 of [q][8 ci] (fp16;
+// consecutive lanes, consecutive positions: conflict-free 4-byte loads, one 16-byte store per
+// position), which also takes the largest finite magnitude (m, bits).
 __device__ __forceinline__ float ld_shared_f32(uint32_t a) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a));
@@ -1404,12 +1417,40 @@ __device__ __forceinline__ void wgr_issue(const WgShape& s, const WgBlock& b, co
   }
   cp_async_commit();
 }
-__device__ __forceinline__ void wgr_convert(const WgShape& s, uint32_t raw, uint32_t dst, int u, int tid, unsigned& m) {
-  const uint32_t src = raw + (u % WGR_SLOTS) * s.S * 32;
+__device__ __forceinline__ void wgr_issue_tma(const WgShape& s, const WgBlock& b, const CUtensorMap* map,
+                                              const WgProducer& p, int u) {
+  const int i = u % WGR_SLOTS, iw_base = b.ow0 + s.pad_w - (s.KW - 1) * s.dil_w;
+  const uint32_t bytes = 32u * s.raw_rows * s.raw_rl;
+  fence_proxy_async();  // the slot's earlier generic reads (its conversion) before the copy
+  mbar_arrive_expect_tx(p.rbar + 8 * i, bytes);
+  tma_load_4d(p.raw + i * bytes, map, iw_base - (iw_base & 3), b.oh0 + s.pad_h - (s.KH - 1) * s.dil_h, 8 * u, b.n,
+              p.rbar + 8 * i);
+}
+// TMA: position q (row r = q / rowlen, column c) lies at r * raw_rl + c + (iw_base & 3) of its
+// channel's plane, and (r, c) steps with q without a division in the loop
+template <bool TMA>
+__device__ __forceinline__ void wgr_convert(const WgShape& s, const WgBlock& b, uint32_t raw, uint32_t dst, int u,
+                                            int tid, unsigned& m) {
+  const int plane = TMA ? s.raw_rows * s.raw_rl : s.S;  // floats per channel
+  uint32_t src = raw + (u % WGR_SLOTS) * plane * 32;
+  int r = 0, c = tid, dr = 0, dc = 0;
+  if constexpr (TMA) {
+    src += ((b.ow0 + s.pad_w - (s.KW - 1) * s.dil_w) & 3) * 4;
+    r = tid / s.rowlen;
+    c = tid - r * s.rowlen;
+    dr = WG_THREADS / s.rowlen;
+    dc = WG_THREADS - dr * s.rowlen;
+  }
   for (int q = tid; q < s.S; q += WG_THREADS) {
+    const uint32_t a = src + (TMA ? r * s.raw_rl + c : q) * 4;
     float v[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = ld_shared_f32(src + (k * s.S + q) * 4);
+    for (int k = 0; k < 8; ++k) v[k] = ld_shared_f32(a + k * plane * 4);
+    if constexpr (TMA) {
+      r += dr;
+      c += dc;
+      if (c >= s.rowlen) c -= s.rowlen, ++r;
+    }
     uint32_t h[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -1420,18 +1461,25 @@ __device__ __forceinline__ void wgr_convert(const WgShape& s, uint32_t raw, uint
     st_shared_v4(dst + q * 16, h[0], h[1], h[2], h[3]);
   }
 }
-// ct2d_wgf's first launch: x staged unscaled by the producer (above); *amax (zeroed before) gets
-// the largest finite magnitude staged (one atomic per producer warp, at its end).
+// ct2d_wgf's first launch: x staged unscaled by the producer (above; TMA: its ring filled by TMA
+// from xmap); *amax (zeroed before) gets the largest finite magnitude staged (one atomic per
+// producer warp, at its end).
+template <bool TMA>
 struct WgdFp16Ops : WgOpsDefaults {
   const float* __restrict__ x;
   const __half* __restrict__ wh;
   unsigned* __restrict__ amax;
   int ew;
+  CUtensorMap xmap;  // TMA only
   __device__ __forceinline__ void begin(const WgShape& s, const WgBlock& b, const int* off, int tid,
                                         WgProducer& p) const {
     for (int u = 0; u < WGR_SLOTS - 1; ++u)
-      if (u < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u, tid);
-      else cp_async_commit();
+      if constexpr (TMA) {
+        if (tid == 0 && u < 2 * s.chunks) wgr_issue_tma(s, b, &xmap, p, u);
+      } else {
+        if (u < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u, tid);
+        else cp_async_commit();
+      }
   }
   __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int* off, uint32_t sb, int c, int tid,
                                         uint32_t full, WgProducer& p) const {
@@ -1439,12 +1487,20 @@ struct WgdFp16Ops : WgOpsDefaults {
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {
       const int u = 2 * c + h;
-      static_assert(WGR_SLOTS == 3, "the wait below keeps WGR_SLOTS - 2 groups in flight");
-      cp_async_wait_1();
-      producer_sync();  // every thread's copies of half u have landed; half u - 1's slot is converted
-      if (u + WGR_SLOTS - 1 < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u + WGR_SLOTS - 1, tid);
-      else cp_async_commit();
-      wgr_convert(s, p.raw, sb + s.wbytes + h * s.S * 16, u, tid, p.amax);
+      if constexpr (TMA) {
+        const int i = u % WGR_SLOTS;
+        mbar_wait(p.rbar + 8 * i, (p.rphase >> i) & 1);  // half u has landed
+        p.rphase ^= 1u << i;
+        producer_sync();  // half u - 1's slot is converted
+        if (tid == 0 && u + WGR_SLOTS - 1 < 2 * s.chunks) wgr_issue_tma(s, b, &xmap, p, u + WGR_SLOTS - 1);
+      } else {
+        static_assert(WGR_SLOTS == 3, "the wait below keeps WGR_SLOTS - 2 groups in flight");
+        cp_async_wait_1();
+        producer_sync();  // every thread's copies of half u have landed; half u - 1's slot is converted
+        if (u + WGR_SLOTS - 1 < 2 * s.chunks) wgr_issue(s, b, x, off, p.raw, u + WGR_SLOTS - 1, tid);
+        else cp_async_commit();
+      }
+      wgr_convert<TMA>(s, b, p.raw, sb + s.wbytes + h * s.S * 16, u, tid, p.amax);
     }
   }
   __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
@@ -1458,6 +1514,7 @@ struct WgdFp16Ops : WgOpsDefaults {
   }
   static constexpr bool kStagger = true;
   static constexpr bool kDirect = true;
+  static constexpr bool kTable = !TMA;
 };
 // ct2d_wgf from fp16_convert's copy of x: unscaled (after the pre-pass, scaled = 0) or rescaled (the
 // last launch, scaled = 1); each exits at once where the amax says the other one is this call's.
@@ -1995,12 +2052,12 @@ void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, con
 }
 
 #if defined(CT2D_WGMMA)
-// ct2d_mmh's TMA staging (sm_90a builds): x as a 4-D tensor (W, H, C, N; fp32) whose box is one
-// slot, [8 channels][s.rows][s.rowlen]; out-of-range rows, columns and channels are zero-filled.
-// Needs rows of a multiple of 16 bytes and x 16-byte aligned (s.vec). The encoder is the
-// driver's cuTensorMapEncodeTiled, looked up once through the runtime (no libcuda link). Returns
-// false where the map cannot be made (the cp.async staging then runs).
-bool mmh_tensor_map(CUtensorMap* map, const torch::Tensor& x, const MmaShape& s) {
+// TMA staging of x (sm_90a builds; ct2d_mmh's slots and ct2d_wgf's raw ring): x as a 4-D tensor
+// (W, H, C, N; fp32) whose box is [8 channels][rows][rowlen]; out-of-range rows, columns and
+// channels are zero-filled. Needs rows of a multiple of 16 bytes and x 16-byte aligned. The
+// encoder is the driver's cuTensorMapEncodeTiled, looked up once through the runtime (no libcuda
+// link). Returns false where the map cannot be made (the cp.async staging then runs).
+bool x_tensor_map(CUtensorMap* map, const torch::Tensor& x, int64_t rowlen, int64_t rows) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -2013,11 +2070,13 @@ bool mmh_tensor_map(CUtensorMap* map, const torch::Tensor& x, const MmaShape& s)
     cudaGetLastError();
     return reinterpret_cast<Encode>(fn);
   }();
-  if (!encode || !s.vec || s.rowlen > 256 || s.rows > 256) return false;
-  const cuuint64_t dims[4] = {(cuuint64_t)s.Win, (cuuint64_t)s.Hin, (cuuint64_t)s.Cin, (cuuint64_t)x.size(0)};
-  const cuuint64_t strides[3] = {(cuuint64_t)s.Win * 4, (cuuint64_t)s.Hin * s.Win * 4,
-                                 (cuuint64_t)s.Cin * s.Hin * s.Win * 4};
-  const cuuint32_t box[4] = {(cuuint32_t)s.rowlen, (cuuint32_t)s.rows, (cuuint32_t)KC, 1};
+  const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
+  if (!encode || Win % 4 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 || rowlen % 4 || rowlen > 256 ||
+      rows > 256)
+    return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)Win, (cuuint64_t)Hin, (cuuint64_t)Cin, (cuuint64_t)N};
+  const cuuint64_t strides[3] = {(cuuint64_t)Win * 4, (cuuint64_t)(Hin * Win * 4), (cuuint64_t)(Cin * Hin * Win * 4)};
+  const cuuint32_t box[4] = {(cuuint32_t)rowlen, (cuuint32_t)rows, 8, 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, x.data_ptr(), dims, strides, box, estr,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -2109,7 +2168,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
       for (int64_t w = w0; w <= w0 + 12; w += 4)
         if ((r * w) % 16 == 8 && (!best || r * w < best)) best = r * w, s.rows = r, s.rowlen = w;
     s.plane = best;
-    if (best && mmh_tensor_map(&map, x, s)) xmap = &map;
+    if (best && x_tensor_map(&map, x, s.rowlen, s.rows)) xmap = &map;
     else s = s_cp;
 #endif
     const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), wchunk = (size_t)KH * KW * 32 * 32;
@@ -2147,11 +2206,12 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
 // acceptable (ct2d_wgs runs one). f16: the fp16 parts per operand, 0 for TF32 (ct2d_wgh: 2, ct2d_wgf:
 // 1; both spec and pix_halves, chunks of 16 channels, at least two stages). y_addr: the output's address (the
-// epilogue's vector stores need it aligned to them). Returns the dynamic shared memory size, 0
-// where it does not fit or 32-bit offsets within a channel plane would overflow.
+// epilogue's vector stores need it aligned to them). raw_slots: ct2d_wgf's raw ring of that many
+// slots (0: none), raw_tma: filled by TMA (s.raw_rl, s.raw_rows). Returns the dynamic shared memory
+// size, 0 where it does not fit or 32-bit offsets within a channel plane would overflow.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w, uintptr_t y_addr, int f16 = 0, int raw_slots = 0) {
+               int64_t dil_w, uintptr_t y_addr, int f16 = 0, int raw_slots = 0, bool raw_tma = false) {
   const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
@@ -2163,7 +2223,12 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   const int64_t wbytes = f16 ? f16 * taps * 64 * 32 : taps * std::min<int64_t>(cob_ch, co8 * 8) * 32;
   auto stage_bytes = [&](int64_t S) { return (wbytes + S * 32 * std::max(f16, 1) + 127) / 128 * 128; };
   auto tab_bytes = [](int64_t S) { return (S * 4 + 127) / 128 * 128; };
-  auto raw_bytes = [&](int64_t S) { return (size_t)raw_slots * S * 32; };  // ct2d_wgf's raw ring
+  // ct2d_wgf's raw ring: slots of S positions x 8 channels, or with raw_tma TMA boxes of whole
+  // staged rows, each starting up to 3 columns early at a multiple of 4 (16 bytes, as TMA needs)
+  auto raw_rl = [](int64_t rowlen) { return (rowlen + 3 + 3) / 4 * 4; };
+  auto raw_bytes = [&](int64_t S, int64_t rowlen) {
+    return (size_t)raw_slots * (raw_tma ? ((S - 1) / rowlen + 1) * raw_rl(rowlen) : S) * 32;
+  };
   // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
   const size_t slack = spec ? 4096 : 2048;
@@ -2179,7 +2244,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
     if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
     const int64_t rowlen = tw + halo_w, S = pxb + halo_h * rowlen + halo_w;
     // fp16 parts: two stages of the tile must fit (ct2d_wgh's weights take half of the memory or more)
-    if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + raw_bytes(S) + slack > (size_t)kWgSmemMax) continue;
+    if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + raw_bytes(S, rowlen) + slack > (size_t)kWgSmemMax) continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
     const int64_t tiles = ((Wout + tw - 1) / tw) * ((Hout + tr - 1) / tr);
     const double eff = (double)Hout * Wout / ((double)tiles * pxb);
@@ -2196,6 +2261,11 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   const int64_t S = pxb + halo_h * s.rowlen + halo_w;  // the last tap window of the last pixel ends at S - 1
   if (S >= 16384) return 0;                            // descriptor offsets are 14 bits of 16 bytes
   s.S = S;
+  if (raw_slots && raw_tma) {  // box dimensions of at most 256 elements
+    s.raw_rl = (int)raw_rl(s.rowlen);
+    s.raw_rows = (int)((S - 1) / s.rowlen + 1);
+    if (s.raw_rl > 256 || s.raw_rows > 256) return 0;
+  }
   s.tiles_w = (Wout + TW - 1) / TW;
   s.co8 = co8;
   s.co_blocks = (co8 * 8 + cob_ch - 1) / cob_ch;
@@ -2214,7 +2284,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   // own epilogue buffers, half an item's chunks apart (fewer than the stages: the leading
   // consumer needs a stage the trailing one has released)
   // (the raw ring, where there is one, after the stages and those buffers)
-  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0, raw = raw_bytes(S);
+  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0, raw = raw_bytes(S, s.rowlen);
   if (spec && f16 == 1 && chunks >= 2)
     for (int st = WGS_MAX_STAGES; st >= 3; --st)
       if (need(st) + epi_own + raw <= kWgSmemMax) {
@@ -2286,7 +2356,7 @@ bool run_wg(const torch::Tensor& x, const torch::Tensor& wg, const float* b, tor
 // dynamic shared memory (0: the tiles do not fit), the tiles per image (gx) and work items.
 size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& wh, const torch::Tensor& y, int64_t KH,
                 int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t& gx, int64_t& items,
-                int raw_slots = 0) {
+                int raw_slots = 0, bool raw_tma = false) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
   TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() && wh.scalar_type() == at::kHalf &&
@@ -2294,7 +2364,7 @@ size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& 
               "fp16 weight parts: expected half (ceil(Cout/64), ceil(Cin/16), ", P, ", KH*KW, 8, 2, 8, 8)");
   if (N > 65535) return 0;
   const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
-                              reinterpret_cast<uintptr_t>(y.data_ptr()), P, raw_slots);
+                              reinterpret_cast<uintptr_t>(y.data_ptr()), P, raw_slots, raw_tma);
   if (!smem) return 0;
   gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   items = gx * N;
@@ -2342,8 +2412,15 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   const int64_t N = x.size(0), Cin = x.size(1), HW = x.size(2) * x.size(3), C8 = 2 * ((Cin + 15) / 16);
   WgShape s;
   int64_t gx = 0, items = 0;
-  size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS);
-  const bool direct = smem && s.co_blocks == 1 && s.stagger > 0;
+  // the producer's raw ring filled by TMA, else by cp.async, else the pre-pass
+  CUtensorMap xmap;
+  size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS, true);
+  const bool tma = smem && s.co_blocks == 1 && s.stagger > 0 && x_tensor_map(&xmap, x, s.raw_rl, s.raw_rows);
+  bool direct = tma;
+  if (!direct) {
+    smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS);
+    direct = smem && s.co_blocks == 1 && s.stagger > 0;
+  }
   if (!direct) smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
   if (!smem) return false;
   auto amax = torch::zeros({1}, x.options().dtype(at::kInt));
@@ -2353,12 +2430,19 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   const __half* wh_p = reinterpret_cast<const __half*>(wh.data_ptr());
   const dim3 grid((HW + 256 * WGF_PX - 1) / (256 * WGF_PX), C8, N);
   const int blocks = (int)std::min<int64_t>(items, sm_count());
-  allow_smem<ct2d_wgs<WgdFp16Ops>>(kWgSmemMax);
+  allow_smem<ct2d_wgs<WgdFp16Ops<true>>>(kWgSmemMax);
+  allow_smem<ct2d_wgs<WgdFp16Ops<false>>>(kWgSmemMax);
   allow_smem<ct2d_wgs<WgfFp16Ops>>(kWgSmemMax);
   for (int scaled = 0; scaled < 2; ++scaled) {
     if (direct && !scaled) {
-      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgdFp16Ops{{}, x.data_ptr<float>(), wh_p, amax_p, (int)ew}, b,
-                                                      y.data_ptr<float>(), s, (int)gx, (int)items);
+      if (tma)
+        ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(
+            WgdFp16Ops<true>{{}, x.data_ptr<float>(), wh_p, amax_p, (int)ew, xmap}, b, y.data_ptr<float>(), s, (int)gx,
+            (int)items);
+      else
+        ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(
+            WgdFp16Ops<false>{{}, x.data_ptr<float>(), wh_p, amax_p, (int)ew, {}}, b, y.data_ptr<float>(), s, (int)gx,
+            (int)items);
       continue;
     }
     fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0,
