@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+
+# torch warns on import when numpy is absent; the harness does not use numpy (nor need a user's
+# problem file), so the warning only alarms a new user of a fresh venv.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 from harness import leaderboard, problems, solutions
 from harness.config import DEVICES, load_config, parse_override, with_overrides

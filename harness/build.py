@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .blame import for_solution
 from .compile_only import find_nvcc, make_jit_compile
 from .inline import ErrorSite, Layout, as_list, candidate_files, check_call, describe_build_error
 
@@ -172,11 +173,11 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
                     saved_jit = cpp_ext._jit_compile
                     cpp_ext._jit_compile = make_jit_compile(Path(cache_root))
                     try:
-                        module = original(**params)
+                        module = for_solution(original, **params)
                     finally:
                         cpp_ext._jit_compile = saved_jit
                 else:
-                    module = original(**params)
+                    module = for_solution(original, **params)
         except Exception as exc:
             log = fresh_log.read_text(errors="replace")
             if str(exc) and str(exc) not in log:

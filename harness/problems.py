@@ -168,12 +168,16 @@ def make_inputs(module: types.ModuleType, seed: int, device) -> list:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def construct(cls, init_inputs: list, seed: int, device):
-    """Matched-seed construction: the same seed before every constructor, then move to device."""
+def construct(cls, init_inputs: list, seed: int, device, call=None):
+    """Matched-seed construction: the same seed before every constructor, then move to device.
+    `call(fn, *args)` makes the constructor's calls (the worker passes blame.for_solution for
+    ModelNew, so that what they raise is the solution's)."""
     import torch
+    call = call or (lambda fn, *a: fn(*a))
     torch.manual_seed(seed)
     args = [v.to(device) if isinstance(v, torch.Tensor) else v for v in init_inputs]
-    return cls(*args).to(device)
+    model = call(cls, *args)
+    return call(model.to, device)
 
 
 def extra_shapes_for(problem: Problem, mapping: dict, where: str) -> list[dict]:

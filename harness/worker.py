@@ -13,6 +13,7 @@ status. The worker never decides correctness.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .blame import blame, for_solution
 from .build import BuildError, InlineMisuse, NeedsCuda, install_hook
 from .env import collect
 from .events import EventWriter
@@ -71,8 +73,11 @@ class Failure(Exception):
         super().__init__(message)
 
 
-def classify(exc: BaseException, phase: str, solution_path: Path, device: str) -> Failure:
-    """Map an exception in `phase` to a status and one actionable line."""
+def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
+             problem_path: Path | None = None) -> Failure:
+    """Map an exception in `phase` to a status and one actionable line. An exception the harness
+    or the problem file raised itself (harness/blame.py) is a harness_error naming that frame,
+    never the solution's failure."""
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, Failure):
         return exc
@@ -93,9 +98,16 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str) -
     if phase in ("load", "build"):
         return Failure(Status.LOAD_ERROR, f"{where}: {first_line}", detail)
     named = cuda_error(text)
-    if named:
+    if named:  # a kernel's fault surfaces at the next sync, often in the harness's own code
         return Failure(Status.RUNTIME_ERROR, f"{phase}: CUDA error: {named[0]} ({named[1]}), raised at {where}",
                        detail, cuda_error=named[0])
+    owner = blame(exc, problem_path)
+    if owner.owner == "harness":
+        return Failure(Status.HARNESS_ERROR, f"harness error in phase '{phase}' (not the solution's fault): "
+                       f"{first_line} at {owner.where or 'an unknown place'}", detail)
+    if owner.owner == "problem":
+        return Failure(Status.HARNESS_ERROR, f"the problem's reference code failed in phase '{phase}' (not the "
+                       f"solution's fault): {first_line} at {owner.where}", detail)
     return Failure(Status.RUNTIME_ERROR, f"{phase}: {first_line} at {where}", detail)
 
 
@@ -149,7 +161,7 @@ class Worker:
         self.set_phase("load")
         sys.path.insert(0, str(self.solution_path.parent))
         with torch.no_grad():
-            module = load_module(self.solution_path, prefix="kb_solution")
+            module = for_solution(load_module, self.solution_path, prefix="kb_solution")
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
             raise Failure(Status.LOAD_ERROR, f"{self.solution_path}: defines no ModelNew")
@@ -182,7 +194,7 @@ class Worker:
                                         "where": f"{_display(Path(frame.f_code.co_filename))}:{frame.f_lineno}",
                                         "notes": argument_notes(list(args) + list(kwargs.values()), worker.device),
                                         "inside": True}
-                    result = value(*args, **kwargs)
+                    result = for_solution(value, *args, **kwargs)
                     if worker.device == "cuda":
                         torch.cuda.synchronize()
                     worker.last_call["inside"] = False
@@ -203,10 +215,11 @@ class Worker:
                 for key, value in shape["overrides"].items():
                     setattr(problem, key, value)
                 self.set_phase("construct", shape=shape_index)
-                solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device)
+                solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device,
+                                     call=for_solution)
                 self.set_phase("correctness", shape=shape_index)
                 with torch.no_grad():
-                    solution(*make_inputs(problem, shape["trials"][0], self.device))
+                    for_solution(solution, *make_inputs(problem, shape["trials"][0], self.device))
                     self.sync()
         except Exception as exc:
             self.events.emit("diagnosis", reproduced=True, error=f"{type(exc).__name__}: {exc}".splitlines()[0],
@@ -298,7 +311,7 @@ class Worker:
 
     def save_state(self, model) -> None:
         import torch
-        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        state = {k: v.detach().to("cpu", copy=True) for k, v in for_solution(model.state_dict).items()}
         path = self.out_dir / "state.pt"
         torch.save(state, path)
         self.events.emit("state", path=str(path))
@@ -348,7 +361,8 @@ class Worker:
             for key, value in {**originals, **shape["overrides"]}.items():
                 setattr(problem, key, value)
             self.set_phase("construct", shape=shape_index)
-            solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device)
+            solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device,
+                                 call=for_solution)
             if shape_index == 0:
                 self.save_state(solution)
             self.set_phase("correctness", shape=shape_index)
@@ -357,7 +371,7 @@ class Worker:
                     inputs = make_inputs(problem, seed, self.device)
                     if self.req["checks"]["poison"]:
                         poison_free_memory(self.device, self.hint_bytes)
-                    out = solution(*inputs)
+                    out = for_solution(solution, *inputs)
                     self.sync()
                     self.save_output(out, inputs, kind="trial", shape=shape_index, trial=trial, seed=seed)
                     del out, inputs
@@ -369,14 +383,15 @@ class Worker:
 
         self.set_phase("timing")
         with torch.no_grad():
-            stats, checked = self.time_model(benchmark_model, problem, self.req["checks"]["timed_output_checks"])
+            solution = functools.partial(for_solution, benchmark_model)
+            stats, checked = self.time_model(solution, problem, self.req["checks"]["timed_output_checks"])
             self.events.emit("timing", role="solution", stats=stats)
             for i, item in enumerate(checked):
                 self.save_output(item["out"], item["inputs"], item["alias"], kind="timed", shape=0, trial=i,
                                  seed=item["seed"])
             del checked
             self.set_phase("profile")
-            self.profile(benchmark_model, problem)
+            self.profile(solution, problem)
 
     def empty_cache(self) -> None:
         import torch
@@ -391,7 +406,8 @@ class Worker:
             getattr(self, f"run_{self.req['mode']}")()
             self.events.emit("done")
         except BaseException as exc:  # noqa: BLE001 - every path ends in an outcome
-            failure = classify(exc, self.phase, self.solution_path, self.device)
+            failure = classify(exc, self.phase, self.solution_path, self.device,
+                               Path(self.req["problem_path"]) if self.req.get("problem_path") else None)
             self.events.emit("error", status=failure.status.value, message=failure.message,
                              detail=failure.detail, phase=self.phase, **failure.fields)
 

@@ -36,6 +36,15 @@ def test_digest_sees_any_change():
     assert tensor_digest(torch.zeros(2, 3)) != tensor_digest(torch.zeros(3, 2))
 
 
+def test_digest_hashes_dtype_shape_and_the_bytes_in_memory_order():
+    import hashlib
+    for t in (torch.arange(12, dtype=torch.float32).reshape(3, 4).t(), torch.tensor([True, False]),
+              torch.rand(5).to(torch.bfloat16), torch.empty(0, 3)):
+        expected = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+        expected.update(bytes(t.contiguous().view(torch.uint8).reshape(-1).tolist()))
+        assert tensor_digest(t) == expected.hexdigest()
+
+
 def test_poison_is_a_no_op_on_cpu():
     assert poison_free_memory("cpu", 1 << 20) == 0
 
