@@ -51,6 +51,8 @@ def report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_eval.py report", description="Print the table of a recorded run.")
     p.add_argument("run_dir", help="results/<run-id>")
     p.add_argument("--format", choices=["text", "md", "csv"], default="text")
+    p.add_argument("--phases", action="store_true", help="the phase table instead: seconds per phase of each pair, "
+                                                         "its GPU time and its overhead")
     return p
 
 
@@ -60,7 +62,11 @@ def render(results, fmt: str) -> str:
 
 def cmd_report(argv: list[str]) -> int:
     args = report_parser().parse_args(argv)
-    print(render(load_run(args.run_dir), args.format))
+    results = load_run(args.run_dir)
+    if args.phases:
+        print(leaderboard.phase_table(results, args.format))
+    else:
+        print(render(results, args.format))
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ class EventWriter:
         self.file = open(path, "a", buffering=1)
 
     def emit(self, event: str, **fields: Any) -> None:
-        self.file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        """`t` is time.monotonic(), one clock for every process of the host."""
+        self.file.write(json.dumps({"event": event, "t": time.monotonic(), **fields}, default=str) + "\n")
         self.file.flush()
 
 

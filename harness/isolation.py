@@ -33,6 +33,7 @@ class Outcome:
     log_tail: str = ""
     wall_s: float = 0.0
     limit_s: float | None = None    # the limit that was exceeded
+    started: float = 0.0            # time.monotonic() when the child was started
 
     def last(self, event: str) -> dict[str, Any] | None:
         found = [e for e in self.events if e.get("event") == event]
@@ -130,7 +131,7 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 and not timed_out else None
     return Outcome(returncode=rc, signal_name=sig, timed_out=timed_out, phase=phase,
                    events=list(reader.events), log_tail=_tail(log_path),
-                   wall_s=time.monotonic() - start, limit_s=exceeded)
+                   wall_s=time.monotonic() - start, limit_s=exceeded, started=start)
 
 
 def _kill(proc: subprocess.Popen) -> None:

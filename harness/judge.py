@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
     shapes = req["seeds"]["shapes"]
     originals = {k: getattr(problem, k) for shape in shapes for k in shape["overrides"]}
     results, precision, weights, explained = [], None, [], False
+    truth_s = 0.0
     with torch.no_grad():
         for shape_index, shape in enumerate(shapes):
             for key, value in {**originals, **shape["overrides"]}.items():
@@ -81,7 +83,11 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
                 inputs = make_inputs(problem, entry["seed"], device)
                 if expected_dtype is None:
                     expected_dtype = model(*inputs).dtype
+                start = time.monotonic()
                 truth, precision = ground_truth(model, inputs, device)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                truth_s += time.monotonic() - start
                 out, problem_text = _output_problem(entry, device)
                 problem_text = problem_text or _inputs_changed(entry, inputs)
                 if problem_text:
@@ -120,6 +126,7 @@ def judge(req: dict[str, Any]) -> dict[str, Any]:
         "checked": {"trials": sum(r["kind"] == "trial" for r in results),
                     "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(shapes)},
         "outputs": results,
+        "truth_s": truth_s,
     }
 
 

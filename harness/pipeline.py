@@ -76,6 +76,31 @@ def _request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
             "timing": cfg["timing"], "checks": cfg["checks"]}
 
 
+# worker phase -> the phases key its time counts under (harness/results.py PHASES)
+_PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "reference": "reference_s", "build": "build_s",
+               "load": "load_s", "construct": "construct_s", "correctness": "correctness_s", "timing": "timing_s",
+               "profile": "profile_s"}
+
+
+def worker_phases(outcome: Outcome) -> dict[str, float]:
+    """Seconds per phase of one worker run, from its phase events' timestamps: start-up (process
+    start, imports, CUDA initialisation) until its first phase, then each phase until the next
+    (the last until the process ended)."""
+    phases: dict[str, float] = {}
+    marks = [("start", outcome.started)] + [(e["phase"], e["t"]) for e in outcome.events
+                                            if e.get("event") == "phase" and "t" in e]
+    end = outcome.started + outcome.wall_s
+    for (name, t0), (_, t1) in zip(marks, marks[1:] + [("end", end)]):
+        key = _PHASE_KEYS.get(name, "startup_s")
+        phases[key] = phases.get(key, 0.0) + max(0.0, t1 - t0)
+    return phases
+
+
+def _add(total: dict[str, float], more: dict[str, float]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0.0) + value
+
+
 def _build_info(outcome: Outcome) -> dict[str, Any]:
     builds = outcome.all("build")
     return {"extensions": [{k: b.get(k) for k in ("name", "key", "dir", "cached", "seconds", "ok")} for b in builds],
@@ -106,23 +131,28 @@ class PairRun:
         self.build: dict[str, Any] = {"extensions": [], "log": ""}
         self.work_dir = ctx.work_root / f"{pair.problem.id}__{pair.solution.name}"
         self.seeds = ctx.seeds_for(pair)
+        self.phases: dict[str, float] = {}   # seconds (harness/results.py PHASES)
+        self.gpu_s = 0.0
+        self.own_s = 0.0                     # wall time of this pair's own steps
 
     def result(self, status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
         shutil.rmtree(self.work_dir, ignore_errors=True)
-        start = dt.datetime.fromisoformat(self.started)
-        finished = _now()
+        phases = {k: round(v, 4) for k, v in self.phases.items()}
+        phases.update(wall_s=round(self.own_s, 4), gpu_s=round(self.gpu_s, 4),
+                      overhead_s=round(self.own_s - self.gpu_s, 4))
         return EvalResult(
             problem=self.pair.problem.to_dict(), solution=self.pair.solution.to_dict(), status=status,
             message=message, run_id=self.ctx.run_id, detail=detail, phase=phase, build=self.build,
             seeds=self.seeds, config=self.ctx.cfg.to_dict(), env=fields.pop("env", self.ctx.env),
-            started_at=self.started, finished_at=finished,
-            duration_s=round((dt.datetime.fromisoformat(finished) - start).total_seconds(), 3), **fields)
+            started_at=self.started, finished_at=_now(), duration_s=round(self.own_s, 3), phases=phases, **fields)
 
     def run_build(self) -> EvalResult | None:
         """Build step; a result when the pair ends here (build/load error, skipped, timeout, crash)."""
         t = self.ctx.cfg.timeouts
         outcome = run_module("harness.worker", _request(self.ctx, self.pair, "build"), self.work_dir / "build",
                              limit_s=t.run_s, phase_limits={"build": t.build_s}, env=_worker_env(self.ctx))
+        self.own_s += outcome.wall_s
+        self.phases["build_s"] = outcome.wall_s
         self.build = _build_info(outcome)
         failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
         return self.result(*failure) if failure else None
@@ -136,6 +166,10 @@ class PairRun:
 
         outcome = run_module("harness.worker", _request(ctx, self.pair, "eval"), self.work_dir / "eval",
                              limit_s=t.run_s, phase_limits={"build": t.build_s}, env=_worker_env(ctx), on_event=relay)
+        self.own_s += outcome.wall_s
+        _add(self.phases, worker_phases(outcome))
+        gpu = outcome.last("gpu_time") or {}
+        self.gpu_s += sum(v for k, v in gpu.items() if k.endswith("_s"))
         if outcome.all("build") and not self.build["extensions"]:  # built lazily, after the build step
             self.build = _build_info(outcome)
         env = {**ctx.env, **((outcome.last("env") or {}).get("env", {}))}
@@ -186,6 +220,8 @@ class PairRun:
         outcome = run_module("harness.worker", _request(self.ctx, self.pair, "diagnose"), self.work_dir / "diagnose",
                              limit_s=self.ctx.cfg.timeouts.run_s, phase_limits={"build": self.ctx.cfg.timeouts.build_s},
                              env={**_worker_env(self.ctx), "CUDA_LAUNCH_BLOCKING": "1"})
+        self.own_s += outcome.wall_s
+        _add(self.phases, {"diagnose_s": outcome.wall_s})
         found = outcome.last("diagnosis")
         if found is None:
             note = "the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish"
@@ -246,9 +282,14 @@ class PairRun:
                    "tolerances": {"fp32": correctness["fp32"], "tf32": correctness["tf32"]}}
         judged = run_module("harness.judge", request, self.work_dir / "judge", limit_s=ctx.cfg.timeouts.judge_s,
                             env={} if ctx.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})
+        self.own_s += judged.wall_s
+        self.phases["judge_s"] = judged.wall_s
         if judged.timed_out:
             return {"error": f"judge exceeded timeouts.judge_s={ctx.cfg.timeouts.judge_s:g} s"}
         if not report_path.exists():
             how = f"signal {judged.signal_name}" if judged.signal_name else f"exit code {judged.returncode}"
             return {"error": f"judge died ({how})", "detail": judged.log_tail}
-        return json.loads(report_path.read_text())
+        report = json.loads(report_path.read_text())
+        if "truth_s" in report:
+            self.phases["truth_s"] = report.pop("truth_s")
+        return report

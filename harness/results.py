@@ -4,6 +4,9 @@ Schema history (bump SCHEMA_VERSION on any incompatible change):
   1  first version: one JSON per (problem, solution) pair.
   2  precision classes (correctness.precision), per-class baselines (timing.reference_fp32,
      timing.baseline), flags (library passthrough, timing inconsistency), profile, status rejected.
+  3  `phases`: the pair's own wall time per phase, its GPU time and overhead (PHASES below);
+     `duration_s` is the pair's own time (was: since the run started). Version 2 files are read
+     as version 3 with empty phases.
 """
 from __future__ import annotations
 
@@ -12,7 +15,15 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+
+# The keys of EvalResult.phases, in seconds: where the pair's own wall time went. `wall_s` is the
+# pair's time (its build step, its evaluation, its store); `gpu_s` the time the device spent in
+# its timed, warm-up and checked calls (the solution's and, where this pair measured it, the
+# reference's); `overhead_s` = wall_s - gpu_s. Phases a pair did not go through are absent.
+PHASES = ("build_s", "startup_s", "reference_s", "load_s", "construct_s", "correctness_s", "timing_s",
+          "profile_s", "diagnose_s", "truth_s", "judge_s", "store_s", "wall_s", "gpu_s", "overhead_s")
 
 
 class Status(str, enum.Enum):
@@ -73,9 +84,10 @@ class EvalResult:
     seeds: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, Any] = field(default_factory=dict)
+    phases: Mapping[str, Any] = field(default_factory=dict)  # seconds per phase (PHASES)
     started_at: str = ""
     finished_at: str = ""
-    duration_s: float = 0.0
+    duration_s: float = 0.0          # the pair's own time (phases["wall_s"])
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -90,16 +102,26 @@ class EvalResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EvalResult":
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"unsupported results schema_version {version!r} (this harness reads {SCHEMA_VERSION})")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"unsupported results schema_version {version!r} (this harness reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))})")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"unknown result fields: {sorted(unknown)}")
-        kwargs = dict(d)
+        kwargs = {**d, "schema_version": SCHEMA_VERSION}
         kwargs["status"] = Status(d["status"])
         kwargs["flags"] = tuple(d.get("flags", ()))
         return cls(**kwargs)
+
+
+def with_store_time(result: EvalResult, store_s: float) -> EvalResult:
+    """The result with the time its storing takes added to its phases (wall, overhead, duration)."""
+    phases = dict(result.phases)
+    phases["store_s"] = round(store_s, 4)
+    for key in ("wall_s", "overhead_s"):
+        phases[key] = round(phases.get(key, 0.0) + store_s, 4)
+    return dataclasses.replace(result, phases=phases, duration_s=round(result.duration_s + store_s, 3))
 
 
 def pair_key(problem_id: str, solution_name: str) -> str:

@@ -8,6 +8,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable
@@ -20,7 +21,7 @@ from .errors import BadInput
 from .isolation import child_env
 from .leaderboard import summary
 from .pipeline import PairRun, RunContext
-from .results import EvalResult
+from .results import EvalResult, with_store_time
 from .solutions import Pair
 from .store import Store
 
@@ -86,6 +87,9 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
         runs = {id(p): PairRun(ctx, p) for p in pending}
 
         def record(result: EvalResult) -> None:
+            start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
+            json.dumps(result.to_dict(), indent=1, default=str)
+            result = with_store_time(result, time.monotonic() - start)
             store.write(result)
             done[result.key] = result
             out(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: {_describe(result)}")

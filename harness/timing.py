@@ -75,12 +75,16 @@ class CudaEventTimer:
 
 
 def sample(fn: Callable[[], object], timer: Callable[[Callable[[], object]], float],
-           rule: StoppingRule, warmup: int, before: Callable[[], None] | None = None) -> list[float]:
-    """Warm up, then time `fn` until `rule` says stop. `before` runs (untimed) before each call."""
+           rule: StoppingRule, warmup: int, before: Callable[[], None] | None = None,
+           warmup_ms: list[float] | None = None) -> list[float]:
+    """Warm up, then time `fn` until `rule` says stop. `before` runs (untimed) before each call;
+    the warm-up calls' times are appended to `warmup_ms` when it is given."""
     before = before or (lambda: None)
     for _ in range(warmup):
         before()
-        timer(fn)
+        elapsed = timer(fn)
+        if warmup_ms is not None:
+            warmup_ms.append(elapsed)
     samples: list[float] = []
     wall0 = time.perf_counter()
     while True:

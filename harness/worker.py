@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,8 @@ class Worker:
         self.out_dir = Path(request["work_dir"])
         self.phase = "setup"
         self.saved = 0
+        # seconds the device spent in calls, by kind (phases.gpu_s; harness/results.py PHASES)
+        self.gpu = {"reference_s": 0.0, "checked_s": 0.0, "warmup_s": 0.0, "timed_s": 0.0, "profile_s": 0.0}
         self.hint_bytes = 0   # largest input/output seen: sizes the poisoned block
         self.last_call: dict[str, Any] | None = None  # diagnosis: the last extension call
 
@@ -233,7 +236,7 @@ class Worker:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def time_model(self, model, problem, checked_calls: int = 0) -> tuple[dict, list]:
+    def time_model(self, model, problem, checked_calls: int = 0, role: str = "solution") -> tuple[dict, list]:
         """Time `model` on inputs refreshed IN PLACE before every call (untimed) from a pool of
         fresh input sets, so a cache keyed on pointer or shape returns stale results. The last
         `checked_calls` timed calls run on poisoned memory and their outputs are returned
@@ -257,7 +260,13 @@ class Worker:
 
         rule = StoppingRule(t["min_samples"], t["max_samples"], t["min_time_s"], t["max_time_s"])
         timer = CudaEventTimer(self.device, t["flush_l2"]) if self.device == "cuda" else HostTimer()
-        samples = sample(call, timer, rule, t["warmup"], before=refresh)
+        warmup_ms: list[float] = []
+        samples = sample(call, timer, rule, t["warmup"], before=refresh, warmup_ms=warmup_ms)
+        if role == "reference":
+            self.gpu["reference_s"] += (sum(samples) + sum(warmup_ms)) / 1e3
+        else:
+            self.gpu["timed_s"] += sum(samples) / 1e3
+            self.gpu["warmup_s"] += sum(warmup_ms) / 1e3
         checked = []
         for _ in range(checked_calls):
             refresh()
@@ -265,6 +274,7 @@ class Worker:
                 state["out"] = None
                 poison_free_memory(self.device, self.hint_bytes)
             samples.append(timer(call))
+            self.gpu["checked_s"] += samples[-1] / 1e3
             checked.append({"seed": seeds[state["index"]], "out": state["out"],
                             "alias": aliased_input(state["out"], live),
                             "inputs": [tensor_digest(x) for x in live]})
@@ -278,13 +288,13 @@ class Worker:
         import torch
         seeds = self.req["seeds"]
         reference = construct(problem.Model, init_inputs, seeds["init"], self.device)
-        stats, _ = self.time_model(reference, problem)
+        stats, _ = self.time_model(reference, problem, role="reference")
         self.events.emit("timing", role="reference", stats=stats)
         if self.device == "cuda":  # the strict-fp32 baseline: TF32 disabled everywhere
             saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
             try:
-                stats, _ = self.time_model(reference, problem)
+                stats, _ = self.time_model(reference, problem, role="reference")
             finally:
                 torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
         self.events.emit("timing", role="reference_fp32", stats=stats)
@@ -320,8 +330,6 @@ class Worker:
         """Profiled calls: which kernels (GPU) or ATen ops (CPU) did the work. On the GPU the share
         is a ratio of kernel times, so one call settles it; on the CPU it is a share of the call's
         wall time, which one preempted call can halve, so it is the median of 5 calls."""
-        import time
-
         from torch.profiler import ProfilerActivity, profile
         inputs = make_inputs(problem, self.req["seeds"]["timing"][0], self.device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
@@ -332,6 +340,7 @@ class Worker:
                 model(*inputs)
                 self.sync()
                 wall_us = (time.perf_counter() - start) * 1e6
+            self.gpu["profile_s"] += wall_us / 1e6
             if self.device == "cuda":
                 kernels = [(e.name, float(getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)))
                            for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
@@ -371,8 +380,10 @@ class Worker:
                     inputs = make_inputs(problem, seed, self.device)
                     if self.req["checks"]["poison"]:
                         poison_free_memory(self.device, self.hint_bytes)
+                    start = time.perf_counter()
                     out = for_solution(solution, *inputs)
                     self.sync()
+                    self.gpu["checked_s"] += time.perf_counter() - start
                     self.save_output(out, inputs, kind="trial", shape=shape_index, trial=trial, seed=seed)
                     del out, inputs
             if shape_index == 0:
@@ -392,6 +403,7 @@ class Worker:
             del checked
             self.set_phase("profile")
             self.profile(solution, problem)
+        self.events.emit("gpu_time", **self.gpu)
 
     def empty_cache(self) -> None:
         import torch
