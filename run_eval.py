@@ -41,6 +41,7 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="skip pairs already recorded in --run-id")
     p.add_argument("--results-dir", help="override the config's results_dir")
     p.add_argument("--jobs", type=int, help="parallel build workers (default: config build.jobs)")
+    p.add_argument("--gpus", help="evaluation lanes, one per GPU: a number or 'all' (default: config gpus, 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set timing.min_samples=20")
     p.add_argument("--format", choices=["text", "md", "csv"], default="text", help="final table format")
@@ -131,13 +132,15 @@ def cmd_eval(argv: list[str]) -> int:
         overrides["results_dir"] = args.results_dir
     if args.jobs is not None:
         overrides["build.jobs"] = args.jobs
+    if args.gpus is not None:
+        if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
+            raise BadInput("--gpus", f"expected a number of GPUs >= 1 or 'all', got {args.gpus!r}")
+        overrides["gpus"] = "all" if args.gpus == "all" else int(args.gpus)
     if overrides:
         cfg = with_overrides(cfg, overrides)
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
-    for problem in selected:
-        problems.validate(problem)
     pairs = solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover())
     run_id = args.run_id or new_run_id()
     results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume)

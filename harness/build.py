@@ -54,6 +54,38 @@ class NeedsCuda(Exception):
     """The solution needs a CUDA device and this run has none: the pair is skipped."""
 
 
+def _manifest_path(cache_root: Path, solution, torch_version: str, arch: str, device: str) -> Path:
+    key = hashlib.sha256(json.dumps([solution.sources_sha256, torch_version, arch, device]).encode()).hexdigest()
+    return Path(cache_root) / "manifests" / f"{key[:32]}.json"
+
+
+def write_manifest(cache_root: Path, solution, torch_version: str, arch: str, device: str,
+                   build: dict[str, Any], skipped: str | None = None) -> None:
+    """Record that this solution's sources (the file and its helpers) built here, and into which
+    build directories; or that on this device the build step skips it (`skipped`: the message)."""
+    path = _manifest_path(cache_root, solution, torch_version, arch, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"solution": str(solution.path), "extensions": build.get("extensions", []),
+                               "skipped": skipped}))
+    os.replace(tmp, path)
+
+
+def read_manifest(cache_root: Path, solution, torch_version: str, arch: str, device: str) -> dict[str, Any] | None:
+    """The manifest of an earlier build step of the same sources, if every library it built is
+    still in the cache; then the build step need not run again (a solution that builds anything
+    else on import still builds it, in the worker)."""
+    path = _manifest_path(cache_root, solution, torch_version, arch, device)
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for ext in manifest.get("extensions", []):
+        if not ext.get("ok") or not ext.get("dir") or not any(Path(ext["dir"]).glob(f"{ext.get('name')}*.so")):
+            return None
+    return manifest
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("KB_BUILD_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "kb-harness" / "builds"

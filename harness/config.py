@@ -36,6 +36,9 @@ class CorrectnessConfig:
     # extra correctness shapes: problem id, number or family -> list of overrides of the
     # problem's module-level constants, e.g. {"57": [{"batch_size": 1, "height": 17, "width": 33}]}
     extra_shapes: Mapping[str, Any] = field(default_factory=dict)
+    # ground truth kept in a lane across the pairs of a run, at most this share of the device's
+    # memory (the host's on the CPU); 0 keeps none
+    truth_cache_fraction: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,23 @@ class TimingConfig:
     min_time_s: float = 0.5    # keep sampling until this much timed work (after min_samples)
     max_time_s: float = 10.0   # stop sampling after this much wall time (once 3 samples exist)
     flush_l2: bool = True      # overwrite a buffer twice the L2 size before every timed call
+    # the reference is timed once per problem and lane, and again once its timing is older than
+    # this or the GPU's temperature moved by more than this since
+    reference_max_age_s: float = 600.0
+    reference_max_temp_delta_c: float = 10.0
 
 
 @dataclass(frozen=True)
 class TimeoutConfig:
     build_s: float = 900.0     # wall-clock limit for building (compiling) one solution
     run_s: float = 600.0       # limit for everything after the build in one worker
-    judge_s: float = 900.0     # limit for computing ground truth and comparing
+    judge_s: float = 900.0     # bound on the lane's own work for one pair (ground truth, comparisons)
+    # each call into the solution (a forward, its construction) must return within
+    # max(call_s, call_factor x the reference's median time); the first call of a model (it may
+    # compile or autotune) within max(that, first_call_s)
+    call_s: float = 20.0
+    call_factor: float = 100.0
+    first_call_s: float = 40.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,7 @@ class BuildConfig:
 @dataclass(frozen=True)
 class Config:
     device: str = "auto"       # auto | cuda | cpu
+    gpus: int = 1              # evaluation lanes, one per GPU; 0 = every GPU of the host (--gpus all)
     seed: int = 0              # base seed; init and trial seeds derive from it
     secret_seed: int = -1      # mixed into input seeds; -1 = a fresh random secret per run (recorded)
     results_dir: str = "results"
@@ -102,6 +116,8 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
         return float(value)
     if typ is bool and isinstance(value, bool):
         return value
+    if key == "gpus" and value == "all":
+        return 0
     if typ in (int, float, str) and isinstance(value, typ) and not isinstance(value, bool):
         return value
     raise BadInput(path, f"key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
@@ -154,8 +170,14 @@ def validate(cfg: Config) -> Config:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
     if t.warmup < 0 or t.min_samples < 1 or t.max_samples < t.min_samples:
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
-    if min(o.build_s, o.run_s, o.judge_s) <= 0:
-        raise BadInput(where, "timeouts must be > 0 seconds")
+    if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:
+        raise BadInput(where, "timeouts must be > 0 seconds (and timeouts.call_factor > 0)")
+    if cfg.gpus < 0:
+        raise BadInput(where, f"gpus must be a number of GPUs >= 1 or 'all', got {cfg.gpus}")
+    if not 0 <= c.truth_cache_fraction <= 0.9:
+        raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
+    if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:
+        raise BadInput(where, "timing.reference_max_age_s and timing.reference_max_temp_delta_c must be > 0")
     if cfg.build.jobs < 0:
         raise BadInput(where, "build.jobs must be >= 0")
     return cfg

@@ -40,12 +40,32 @@ def git_info() -> dict[str, Any]:
 
 def nvidia_smi() -> dict[str, Any]:
     fields = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
-    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+               + ([f"--id={visible}"] if visible else []))
     if not out:
         return {}
     values = [v.strip() for v in out.splitlines()[0].split(",")]
     return dict(zip(["name", "driver", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz",
                      "power_limit_w", "temperature_c"], values))
+
+
+def gpu_now() -> dict[str, Any]:
+    """The GPU's temperature and clocks now (the first visible GPU), {} where unknown."""
+    fields = "temperature.gpu,clocks.sm,clocks.mem"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+               + ([f"--id={visible}"] if visible else []), timeout=5.0)
+    if not out:
+        return {}
+    values = [v.strip() for v in out.splitlines()[0].split(",")]
+    result: dict[str, Any] = {}
+    for name, value in zip(["temperature_c", "sm_clock_mhz", "mem_clock_mhz"], values):
+        try:
+            result[name] = float(value)
+        except ValueError:
+            pass
+    return result
 
 
 def collect(device: str) -> dict[str, Any]:
@@ -90,6 +110,10 @@ def probe(requested: str) -> dict[str, Any]:
         major, minor = torch.cuda.get_device_capability(0)
         info["arch"] = f"{major}.{minor}"
         info["gpu_name"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(info["gpu_count"])]
+        info["memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+    info["torch"] = torch.__version__
     return info
 
 

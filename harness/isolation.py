@@ -34,6 +34,7 @@ class Outcome:
     wall_s: float = 0.0
     limit_s: float | None = None    # the limit that was exceeded
     started: float = 0.0            # time.monotonic() when the child was started
+    timeout_message: str = ""       # what ran too long, where the caller knows better than "a phase"
 
     def last(self, event: str) -> dict[str, Any] | None:
         found = [e for e in self.events if e.get("event") == event]
@@ -43,7 +44,7 @@ class Outcome:
         return [e for e in self.events if e.get("event") == event]
 
 
-def _tail(path: Path, limit: int = 6000) -> str:
+def tail(path: Path, limit: int = 6000) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -130,7 +131,7 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
         time.sleep(poll_s)
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 and not timed_out else None
     return Outcome(returncode=rc, signal_name=sig, timed_out=timed_out, phase=phase,
-                   events=list(reader.events), log_tail=_tail(log_path),
+                   events=list(reader.events), log_tail=tail(log_path),
                    wall_s=time.monotonic() - start, limit_s=exceeded, started=start)
 
 

@@ -1,150 +1,279 @@
-"""The trusted side of correctness. Runs in its own process, which never imports solution code:
-
-    python -m harness.judge REQUEST.json
-
-It rebuilds the reference with the matched seed, regenerates each trial's inputs from its seed,
-computes ground truth (numerics.ground_truth), loads the solution's saved outputs with
-`weights_only=True` (no code runs on load) and compares (numerics.compare). It writes one JSON
-report.
+"""The trusted side of correctness, inside a lane (harness/lane.py), which never imports solution
+code: the reference per problem and shape, inputs regenerated from their seeds, float64 ground
+truth computed once per (problem, shape, seed) and kept while it fits, and the judgement of each
+output a worker hands over (numerics.classify), of its inputs after the call and of its
+parameters. The report has the same form for every device.
 """
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-import traceback
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from types import SimpleNamespace
+import torch
 
-from .guards import tensor_digest
-from .isolation import die_with_parent
-from .numerics import classify, diagnose_parameters, explain_by_variants, ground_truth
+from .handoff import HandoffError, Imports, overlaps, snapshot
+from .numerics import classify, diagnose_parameters, explain_by_variants, float64_copy, ground_truth
 from .problems import construct, load_module, make_inputs
 
 
-def _load(path: str):
-    import torch
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True), None
-    except Exception as exc:  # noqa: BLE001
-        return None, f"{type(exc).__name__}: {exc}"
-    finally:
-        Path(path).unlink(missing_ok=True)
+class TruthCache:
+    """Ground truth kept across the pairs of a run, least recently used first out, within a byte
+    budget (on the device it was computed on), and never where it would leave less than
+    `keep_free` (a share of the device's memory) free for the next worker."""
+
+    def __init__(self, budget_bytes: int, keep_free: float = 0.25):
+        self.budget = budget_bytes
+        self.keep_free = keep_free
+        self.used = 0
+        self.items: OrderedDict[tuple, tuple[torch.Tensor, str]] = OrderedDict()
+
+    def get(self, key: tuple) -> tuple[torch.Tensor, str] | None:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        return None
+
+    def put(self, key: tuple, value: tuple[torch.Tensor, str]) -> None:
+        size = value[0].numel() * value[0].element_size()
+        if size > self.budget:
+            return
+        if value[0].is_cuda:
+            free, total = torch.cuda.mem_get_info()
+            if free < self.keep_free * total:
+                return
+        while self.used + size > self.budget and self.items:
+            _, (old, _) = self.items.popitem(last=False)
+            self.used -= old.numel() * old.element_size()
+        self.items[key] = value
+        self.used += size
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.used = 0
 
 
-def _output_problem(entry: dict[str, Any], device: str) -> tuple[Any, str | None]:
-    """The saved output, or why it cannot be accepted (not a plain tensor, wrong device, alias)."""
-    import torch
-    if entry.get("path") is None:
-        return None, f"forward returned {entry.get('type')}, expected a torch.Tensor"
-    out, error = _load(entry["path"])
-    if error:
-        return None, f"output could not be loaded as a plain tensor ({error})"
-    if not entry.get("plain", True) or type(out) is not torch.Tensor:
-        return None, f"output is a {entry.get('type')}, expected a plain torch.Tensor"
-    if entry.get("device") and torch.device(entry["device"]).type != torch.device(device).type:
-        return None, f"output is on {entry['device']}, expected {device}"
-    if entry.get("alias") is not None:
-        return None, f"output shares memory with input {entry['alias']} (it must be a new tensor)"
-    return out, None
+class ProblemState:
+    """One problem file, loaded once per lane: its module (module-level constants overridden per
+    shape), and per shape the reference model, its float64 copy and the output dtype."""
+
+    def __init__(self, path: Path, sha256: str, device: str):
+        self.path, self.sha256, self.device = Path(path), sha256, device
+        self.module = load_module(self.path)
+        self.shapes: dict[str, dict[str, Any]] = {}
+
+    def _set(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        saved = {k: getattr(self.module, k) for k in overrides}
+        for k, v in overrides.items():
+            setattr(self.module, k, v)
+        return saved
+
+    def reference(self, overrides: dict[str, Any], init_seed: int) -> dict[str, Any]:
+        key = json.dumps([overrides, init_seed], sort_keys=True, default=str)
+        if key not in self.shapes:
+            saved = self._set(overrides)
+            try:
+                model = construct(self.module.Model, list(self.module.get_init_inputs()), init_seed, self.device)
+            finally:
+                self._set(saved)
+            self.shapes[key] = {"model": model, "model64": None, "dtype": None}
+        return self.shapes[key]
+
+    def inputs(self, overrides: dict[str, Any], seed: int) -> list:
+        saved = self._set(overrides)
+        try:
+            return make_inputs(self.module, seed, self.device)
+        finally:
+            self._set(saved)
 
 
-def _inputs_changed(entry: dict[str, Any], fresh: list) -> str | None:
-    for i, (after, before) in enumerate(zip(entry.get("input_digests") or [], fresh)):
-        if after is not None and after != tensor_digest(before):
-            return f"input {i} was modified by the call (forward must not write to its inputs)"
-    return None
+@dataclass
+class Taken:
+    """What the lane took from a worker while it was stopped."""
+    entry: dict[str, Any]
+    out: torch.Tensor | None = None
+    problem: str | None = None    # why the output is refused before any comparison
+    inputs: list = field(default_factory=list)
 
 
-def judge(req: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    device = req["device"]
-    tolerances = {name: SimpleNamespace(**tol) for name, tol in req["tolerances"].items()}
-    problem = load_module(Path(req["problem_path"]))
-    shapes = req["seeds"]["shapes"]
-    originals = {k: getattr(problem, k) for shape in shapes for k in shape["overrides"]}
-    results, precision, weights, explained = [], None, [], False
-    truth_s = 0.0
-    with torch.no_grad():
-        for shape_index, shape in enumerate(shapes):
-            for key, value in {**originals, **shape["overrides"]}.items():
-                setattr(problem, key, value)
-            model = construct(problem.Model, list(problem.get_init_inputs()), req["seeds"]["init"], device)
-            if shape_index == 0 and req.get("state_path"):
-                state, error = _load(req["state_path"])
-                reference_state = {k: v.to("cpu") for k, v in model.state_dict().items()}
-                weights = ([f"ModelNew's parameters could not be read ({error})"] if error
-                           else diagnose_parameters(state, reference_state, model))
-            expected_dtype = None
-            for entry in [e for e in req["outputs"] if e["shape"] == shape_index]:
-                inputs = make_inputs(problem, entry["seed"], device)
-                if expected_dtype is None:
-                    expected_dtype = model(*inputs).dtype
-                start = time.monotonic()
-                truth, precision = ground_truth(model, inputs, device)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                truth_s += time.monotonic() - start
-                out, problem_text = _output_problem(entry, device)
-                problem_text = problem_text or _inputs_changed(entry, inputs)
-                if problem_text:
-                    result = {"ok": False, "precision": None, "message": problem_text}
-                else:
-                    cls, comparison = classify(out, truth, expected_dtype, tolerances)
-                    result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
-                    if cls is None and not explained and comparison.max_abs_error is not None:
-                        explained = True  # one try per pair: each variant costs a float64 forward
-                        explanation = explain_by_variants(model, inputs, out, device, tolerances["tf32"])
-                        if explanation:
-                            result["message"] = f"{explanation}; {result['message']}"
-                result.update(kind=entry["kind"], shape=shape_index, trial=entry["trial"], seed=entry["seed"],
-                              overrides=shape["overrides"])
-                results.append(result)
-                del truth, out, inputs
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-    failed = [r for r in results if not r["ok"]]
-    classes = [r["precision"] for r in results]
-    overall = None if failed or not results else ("tf32" if "tf32" in classes else "fp32")
-    numeric = [r for r in results if r.get("max_abs_error") is not None]
-    return {
-        "ok": overall is not None,
-        "precision": overall,
-        "message": failed[0]["message"] if failed else (min(numeric, key=lambda r: r["margin"])["message"]
-                                                         if numeric else "no outputs"),
-        "failed": failed[0] if failed else None,
-        "weight_diagnostics": weights,
-        "ground_truth": precision,
-        "tolerances": req["tolerances"],
-        "max_abs_error": max((r["max_abs_error"] for r in numeric), default=None),
-        "max_rel_error": max((r["max_rel_error"] for r in numeric), default=None),
-        "rel_l2_error": max((r["rel_l2_error"] for r in numeric), default=None),
-        "min_margin": min((r["margin"] for r in numeric), default=None),
-        "checked": {"trials": sum(r["kind"] == "trial" for r in results),
-                    "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(shapes)},
-        "outputs": results,
-        "truth_s": truth_s,
-    }
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN payloads and signed zeros included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.contiguous(), b.contiguous()
+    if a.is_floating_point() or a.is_complex():
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return bool(torch.equal(a, b))
 
 
-def main(argv: list[str]) -> None:
-    die_with_parent()
-    req = json.loads(Path(argv[1]).read_text())
-    try:
-        if req["device"] == "cuda":
-            import torch
-            torch.cuda.set_device(0)
-        report = judge(req)
-    except BaseException as exc:  # noqa: BLE001
-        report = {"error": f"{type(exc).__name__}: {exc}",
-                  "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
-    Path(req["report_path"]).write_text(json.dumps(report, default=str))
-    sys.stdout.flush()
-    os._exit(0)
+class PairJudgement:
+    """The judgement of one pair's outputs, built up as the worker hands them over."""
+
+    def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any]):
+        self.judge, self.problem, self.seeds = judge, problem, seeds
+        self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
+        self.tolerances = tolerances
+        self.results: list[dict[str, Any]] = []
+        self.weights: list[str] = []
+        self.precision: str | None = None
+        self.explained = False
+        self.truth_s = 0.0
+        self.truth_cached = 0
+        self.truth_computed = 0
+
+    def _overrides(self, shape_index: int) -> dict[str, Any]:
+        return dict(self.seeds["shapes"][shape_index]["overrides"])
+
+    def take_output(self, entry: dict[str, Any], payload: bytes, device: str) -> Taken:
+        """While the worker is stopped: copy its output into our own memory, and check that it is
+        a plain new tensor on the right device and that the inputs are as they were generated."""
+        taken = Taken(entry)
+        if not entry.get("output"):
+            taken.problem = f"forward returned {entry.get('type')}, expected a torch.Tensor"
+            return taken
+        if not entry.get("plain", True):
+            taken.problem = f"output is a {entry.get('type')}, expected a plain torch.Tensor"
+            return taken
+        meta = entry["output"][0]
+        if meta.get("device") != torch.device(device).type:
+            taken.problem = f"output is on {meta.get('device')}, expected {device}"
+            return taken
+        with Imports(device) as imports:
+            try:
+                view = imports.tensor(meta, payload)
+                inputs_after = [imports.tensor(m, payload) if m else None for m in entry.get("inputs") or []]
+            except (HandoffError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+                taken.problem = f"the output could not be taken from the worker ({exc})"
+                return taken
+            alias = entry.get("alias")
+            out_range = imports.byte_range(meta)
+            for i, m in enumerate(entry.get("inputs") or []):
+                if m and overlaps(out_range, imports.byte_range(m)):
+                    alias = i
+            if alias is not None:
+                taken.problem = f"output shares memory with input {alias} (it must be a new tensor)"
+                return taken
+            fresh = self.problem.inputs(self._overrides(entry["shape"]), entry["seed"])
+            for i, (after, before) in enumerate(zip(inputs_after, fresh)):
+                if isinstance(before, torch.Tensor) and (after is None or not same_bits(after, before)):
+                    taken.problem = f"input {i} was modified by the call (forward must not write to its inputs)"
+                    return taken
+            taken.inputs = fresh
+            taken.out = snapshot(view, device)
+            del view, inputs_after
+        return taken
+
+    def truth(self, shape_index: int, seed: int, inputs: list) -> tuple[torch.Tensor, str, torch.dtype]:
+        overrides = self._overrides(shape_index)
+        ref = self.problem.reference(overrides, self.seeds["init"])
+        if ref["dtype"] is None:
+            ref["dtype"] = ref["model"](*inputs).dtype
+        key = (self.problem.sha256, json.dumps(overrides, sort_keys=True, default=str), self.seeds["init"], seed)
+        cached = self.judge.cache.get(key)
+        if cached is not None:
+            self.truth_cached += 1
+            return cached[0], cached[1], ref["dtype"]
+        start = time.monotonic()
+        if ref["model64"] is None:
+            try:
+                ref["model64"] = float64_copy(ref["model"], self.problem.device)
+            except (RuntimeError, TypeError, NotImplementedError):
+                ref["model64"] = False
+        try:
+            truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
+        except torch.OutOfMemoryError:  # the cache may hold the memory: once more without it
+            self.judge.cache.clear()
+            self.judge.release()
+            truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
+        self.judge.sync()
+        self.truth_s += time.monotonic() - start
+        self.truth_computed += 1
+        self.judge.cache.put(key, (truth, precision))
+        return truth, precision, ref["dtype"]
+
+    def judge_output(self, taken: Taken) -> dict[str, Any]:
+        entry = taken.entry
+        if taken.problem:
+            result = {"ok": False, "precision": None, "message": taken.problem}
+        else:
+            truth, self.precision, expected_dtype = self.truth(entry["shape"], entry["seed"], taken.inputs)
+            cls, comparison = classify(taken.out, truth, expected_dtype, self.tol)
+            result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
+            if cls is None and not self.explained and comparison.max_abs_error is not None:
+                self.explained = True  # one try per pair: each variant costs a float64 forward
+                model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"])["model"]
+                explanation = explain_by_variants(model, taken.inputs, taken.out, self.problem.device, self.tol["tf32"])
+                if explanation:
+                    result["message"] = f"{explanation}; {result['message']}"
+        result.update(kind=entry["kind"], shape=entry["shape"], trial=entry["trial"], seed=entry["seed"],
+                      overrides=self._overrides(entry["shape"]))
+        self.results.append(result)
+        return result
+
+    def take_state(self, entry: dict[str, Any], payload: bytes, device: str) -> None:
+        """ModelNew's parameters against the reference's, after matched-seed construction."""
+        reference = self.problem.reference({**self._overrides(0)}, self.seeds["init"])["model"]
+        expected = {k: v.detach() for k, v in reference.state_dict().items()}
+        try:
+            with Imports(device) as imports:
+                state = {name: snapshot(imports.tensor(m, payload), device)
+                         for name, m in zip(entry.get("names") or [], entry.get("state") or []) if m}
+        except (HandoffError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            self.weights = [f"ModelNew's parameters could not be read ({exc})"]
+            return
+        self.weights = diagnose_parameters(state, expected, reference)
+
+    def report(self) -> dict[str, Any]:
+        results = self.results
+        failed = [r for r in results if not r["ok"]]
+        classes = [r["precision"] for r in results]
+        overall = None if failed or not results else ("tf32" if "tf32" in classes else "fp32")
+        numeric = [r for r in results if r.get("max_abs_error") is not None]
+        return {
+            "ok": overall is not None,
+            "precision": overall,
+            "message": failed[0]["message"] if failed else (min(numeric, key=lambda r: r["margin"])["message"]
+                                                             if numeric else "no outputs"),
+            "failed": failed[0] if failed else None,
+            "weight_diagnostics": self.weights,
+            "ground_truth": self.precision,
+            "tolerances": self.tolerances,
+            "max_abs_error": max((r["max_abs_error"] for r in numeric), default=None),
+            "max_rel_error": max((r["max_rel_error"] for r in numeric), default=None),
+            "rel_l2_error": max((r["rel_l2_error"] for r in numeric), default=None),
+            "min_margin": min((r["margin"] for r in numeric), default=None),
+            "checked": {"trials": sum(r["kind"] == "trial" for r in results),
+                        "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(self.seeds["shapes"])},
+            "truth": {"computed": self.truth_computed, "reused": self.truth_cached},
+            "outputs": results,
+        }
 
 
-if __name__ == "__main__":
-    main(sys.argv)
+class Judge:
+    """A lane's problems and ground-truth cache, for the whole run."""
+
+    def __init__(self, device: str, cache_bytes: int):
+        self.device = device
+        self.cache = TruthCache(cache_bytes)
+        self.problems: dict[str, ProblemState] = {}
+
+    def problem(self, path: Path, sha256: str) -> ProblemState:
+        if sha256 not in self.problems:
+            self.problems[sha256] = ProblemState(path, sha256, self.device)
+        return self.problems[sha256]
+
+    def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any]) -> PairJudgement:
+        return PairJudgement(self, problem, seeds, tolerances)
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def release(self) -> None:
+        """Hand memory this lane holds but does not use back to the driver (so the worker has it)."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()

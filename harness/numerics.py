@@ -36,12 +36,18 @@ def _to(x: Any, device, dtype=None):
     return x
 
 
+def float64_copy(model: torch.nn.Module, device) -> torch.nn.Module:
+    return copy.deepcopy(model).to(device).double()
+
+
 @torch.no_grad()
-def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device) -> tuple[torch.Tensor, str]:
-    """Evaluate the reference in float64 (weights and inputs cast); fall back to float32 with
-    TF32 disabled if the model cannot run in float64. Returns (output, precision used)."""
+def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
+                 model64: torch.nn.Module | None = None) -> tuple[torch.Tensor, str]:
+    """Evaluate the reference in float64 (weights and inputs cast; `model64`, when given, is that
+    float64 copy of `model`, kept by the caller to be reused); fall back to float32 with TF32
+    disabled if the model cannot run in float64. Returns (output, precision used)."""
     try:
-        m64 = copy.deepcopy(model).to(device).double()
+        m64 = model64 if model64 is not None else float64_copy(model, device)
         out = m64(*[_to(x, device, torch.float64) for x in inputs])
         return out, "float64"
     except (RuntimeError, TypeError, NotImplementedError):
@@ -55,9 +61,15 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device) -> tuple
     return out, "float32_strict"
 
 
+# Elements per comparison chunk: the float64 temporaries of a chunk take about 1 GB on the GPU
+# (64 MB on the CPU), so a multi-GB output is never copied whole to float64.
+CHUNK_ELEMENTS = {"cuda": 1 << 24, "cpu": 1 << 20}
+
+
 def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> Comparison:
     """Check `out` against float64 `truth` with a tolerance (atol, rtol, rel_l2): shape, dtype,
-    then elementwise allclose AND relative L2. NaN/Inf pass only where truth has the same value."""
+    then elementwise allclose AND relative L2. NaN/Inf pass only where truth has the same value.
+    Runs on truth's device in chunks; the whole-output diagnosis of a failure is kept in float32."""
     if not isinstance(out, torch.Tensor):
         return Comparison(False, f"output is {type(out).__name__}, expected a torch.Tensor")
     if tuple(out.shape) != tuple(truth.shape):
@@ -67,29 +79,42 @@ def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> 
                                  + ("" if out.is_floating_point() else " (integer output: was a result cast or "
                                     "an index tensor returned?)"))
     atol, rtol, rel_l2_tol = tol.atol, tol.rtol, tol.rel_l2
-    got = out.to(truth.device, torch.float64)
-    ref = truth.to(torch.float64)
-    numel = ref.numel()
+    numel = truth.numel()
     if numel == 0:
         return Comparison(True, "empty output", 0.0, 0.0, 0.0, 0, 0, None, float("inf"))
-    finite = torch.isfinite(ref)
-    same_nonfinite = (~finite) & ((got == ref) | (torch.isnan(got) & torch.isnan(ref)))
-    diff = (got - ref).abs()
-    diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
-    diff = torch.nan_to_num(diff, nan=float("inf"))
-    ref_abs = torch.where(finite, ref.abs(), torch.zeros_like(ref))
-    allowed = atol + rtol * ref_abs
-    ratio = torch.where(allowed > 0, diff / allowed.clamp(min=1e-300),
-                        torch.where(diff > 0, torch.full_like(diff, float("inf")), torch.zeros_like(diff)))
-    mismatched = int((ratio > 1).sum())
-    worst_flat = int(torch.argmax(ratio.reshape(-1)))
-    worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_flat), ref.shape))
-    max_ratio = float(ratio.reshape(-1)[worst_flat])
-    max_abs = float(diff.max())
-    max_rel = float((diff / torch.clamp(ref_abs, min=max(atol, 1e-30))).max())
-    nonfinite_out = int((~torch.isfinite(got) & finite).sum())
-    ref_norm = float(torch.linalg.vector_norm(ref[finite]))
-    err_norm = float(torch.linalg.vector_norm(diff[finite])) if not nonfinite_out else float("inf")
+    got_all = out.to(truth.device).reshape(-1)
+    ref_all = truth.reshape(-1)
+    step = CHUNK_ELEMENTS.get(truth.device.type, 1 << 20)
+    mismatched = nonfinite_out = 0
+    max_ratio, worst_flat, max_abs, max_rel, err_sq, ref_sq = -1.0, 0, 0.0, 0.0, 0.0, 0.0
+    keep = None  # (bad, diff, ref_abs) over the whole output, filled once a chunk fails
+    for first in range(0, numel, step):
+        got = got_all[first:first + step].to(torch.float64)
+        ref = ref_all[first:first + step].to(torch.float64)
+        diff, ref_abs, ratio, counts = _chunk(got, ref, atol, rtol)
+        bad = ratio > 1
+        chunk_bad = int(bad.sum())
+        mismatched += chunk_bad
+        index = int(torch.argmax(ratio))
+        if float(ratio[index]) > max_ratio:  # strictly: the first of equal maxima wins, as argmax does
+            max_ratio, worst_flat = float(ratio[index]), first + index
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / torch.clamp(ref_abs, min=max(atol, 1e-30))).max()))
+        nonfinite_out += counts[0]
+        err_sq += counts[1]
+        ref_sq += counts[2]
+        if chunk_bad and keep is None:
+            keep = (torch.zeros(numel, dtype=torch.bool, device=truth.device),
+                    torch.zeros(numel, dtype=torch.float32, device=truth.device),
+                    torch.zeros(numel, dtype=torch.float32, device=truth.device))
+        if keep is not None:
+            keep[0][first:first + step] = bad
+            keep[1][first:first + step] = diff
+            keep[2][first:first + step] = ref_abs
+        del got, ref, diff, ref_abs, ratio, bad
+    worst = unravel(worst_flat, tuple(truth.shape))
+    ref_norm = math.sqrt(ref_sq)
+    err_norm = math.sqrt(err_sq) if not nonfinite_out else float("inf")
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
     margins = [1 / max_ratio if max_ratio > 0 else float("inf"),
                rel_l2_tol / rel_l2 if rel_l2 > 0 else float("inf")]
@@ -105,11 +130,46 @@ def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> 
         if rel_l2 > rel_l2_tol:
             parts.append(f"rel L2 {rel_l2:.3g} > {rel_l2_tol:g}")
         message = (f"{'; '.join(parts)} ({summary}; worst at index {list(worst)}: got "
-                   f"{float(got.reshape(-1)[worst_flat]):.6g}, expected {float(ref.reshape(-1)[worst_flat]):.6g})")
+                   f"{float(got_all[worst_flat]):.6g}, expected {float(ref_all[worst_flat]):.6g})")
         if nonfinite_out:
             message += f"; {nonfinite_out} NaN/Inf where ground truth is finite"
-        message += "; " + error_pattern(ratio > 1, diff, ref_abs, rel_l2, rel_l2_tol)
+        if keep is None:  # no element outside the elementwise test: only the rel L2 failed
+            keep = (torch.zeros(numel, dtype=torch.bool, device=truth.device), None, None)
+        bad, diff, ref_abs = (t.view(truth.shape) if t is not None else None for t in keep)
+        message += "; " + error_pattern(bad, diff, ref_abs, rel_l2, rel_l2_tol)
     return Comparison(ok, message, max_abs, max_rel, rel_l2, mismatched, numel, worst, margin)
+
+
+def _chunk(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float):
+    """For one chunk (float64): |got - truth| (NaN as inf, equal non-finite values as 0), |truth|
+    where finite, the error over the allowed error, and (non-finite outputs where truth is
+    finite, the squared error and squared truth summed where truth is finite)."""
+    if atol > 0 and bool(torch.isfinite(ref).all()) and bool(torch.isfinite(got).all()):
+        diff = (got - ref).abs()  # the usual case, in fewer passes: nothing to mask
+        ref_abs = ref.abs()
+        return diff, ref_abs, diff / (atol + rtol * ref_abs), (0, float(torch.dot(diff, diff)), float(torch.dot(ref, ref)))
+    finite = torch.isfinite(ref)
+    same_nonfinite = (~finite) & ((got == ref) | (torch.isnan(got) & torch.isnan(ref)))
+    diff = (got - ref).abs()
+    diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    ref_abs = torch.where(finite, ref.abs(), torch.zeros_like(ref))
+    allowed = atol + rtol * ref_abs
+    ratio = torch.where(allowed > 0, diff / allowed.clamp(min=1e-300),
+                        torch.where(diff > 0, torch.full_like(diff, float("inf")), torch.zeros_like(diff)))
+    counts = (int((~torch.isfinite(got) & finite).sum()), float((diff[finite] ** 2).sum()),
+              float((ref[finite] ** 2).sum()))
+    return diff, ref_abs, ratio, counts
+
+
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The index of element `flat` of a contiguous tensor of `shape` (torch.unravel_index without
+    the symbolic-shapes machinery its first call imports)."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size) if size else (flat, 0)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def shape_message(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
@@ -146,9 +206,12 @@ def _ranges(indices: list[int], limit: int = 6) -> str:
     return text + (", ..." if len(spans) > limit else "")
 
 
-def error_pattern(bad: torch.Tensor, diff: torch.Tensor, ref_abs: torch.Tensor, rel_l2: float, rel_l2_tol: float) -> str:
+def error_pattern(bad: torch.Tensor, diff: torch.Tensor | None, ref_abs: torch.Tensor | None, rel_l2: float,
+                  rel_l2_tol: float) -> str:
     """Where the mismatches are, and whether they look structural (whole slices, borders, a
-    periodic row/column pattern, everywhere) or like rounding (small, spread out)."""
+    periodic row/column pattern, everywhere) or like rounding (small, spread out). `diff` and
+    `ref_abs` may be None where no element is outside the elementwise test (the output-phase
+    test needs a phase with most of its elements wrong, so it cannot fire then)."""
     ndim = bad.dim()
     names = DIM_NAMES.get(ndim, tuple(f"dim {i}" for i in range(ndim)))
     fraction = float(bad.double().mean())
@@ -177,7 +240,7 @@ def error_pattern(bad: torch.Tensor, diff: torch.Tensor, ref_abs: torch.Tensor, 
                             f"inside): check boundary handling (padding, the last partial tile)")
         elif inside > 0.3 and at_border < 0.1 * inside:
             findings.append(f"errors inside, borders right ({inside:.0%} vs {at_border:.0%})")
-    if len(spatial) == 2:
+    if len(spatial) == 2 and diff is not None:
         for s in (2, 3, 4):
             if any(bad.shape[d] < 2 * s for d in spatial):
                 continue

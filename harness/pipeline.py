@@ -1,7 +1,11 @@
-"""One (problem, solution) pair through the pipeline: build -> eval (worker) -> judge -> result.
+"""One (problem, solution) pair: its seeds, its build step, and the verdict that turns what a
+lane saw into an EvalResult.
 
-Each step runs in its own process (harness/isolation.py). The verdict comes from the judge,
-which never imports solution code; the worker only reports what happened and saves outputs.
+The build step (runner side) imports the solution in a fresh process with the GPU hidden, so it
+compiles on the CPU while the lanes evaluate other pairs; a build recorded in the build cache's
+manifest (harness/build.py) is not repeated. The evaluation (lane side, harness/lane.py) hands
+its worker outcome, the judgement and the reference timings to `verdict` and `assemble`, which
+are pure. The verdict comes from the trusted side; the worker only reports what happened.
 """
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from .build import write_manifest
 from .config import Config
 from .guards import timing_consistent
 from .isolation import Outcome, run_module
@@ -47,6 +52,7 @@ class RunContext:
     work_root: Path
     secret: int = 0                 # this run's secret seed
     build_threads: int = 1          # MAX_JOBS for each build worker
+    torch_version: str = ""         # part of the build manifest's key
     env: dict[str, Any] = field(default_factory=dict)
     extra_shapes: dict[str, list] = field(default_factory=dict)  # problem id -> overrides
 
@@ -55,64 +61,38 @@ class RunContext:
         return make_seeds(self.cfg.seed, self.secret, self.extra_shapes.get(pair.problem.id, []),
                           c.trials, c.extra_shape_trials)
 
+    def worker_env(self) -> dict[str, str]:
+        """What a worker of this run needs besides the harness's usual environment."""
+        env = {"MAX_JOBS": str(max(1, self.build_threads)), "TORCH_EXTENSIONS_DIR": str(self.cache_dir)}
+        if self.device == "cuda":
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        return env
 
-def _now() -> str:
+
+def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _worker_env(ctx: RunContext) -> dict[str, str]:
-    env = {"MAX_JOBS": str(max(1, ctx.build_threads)), "TORCH_EXTENSIONS_DIR": str(ctx.cache_dir)}
-    if ctx.device == "cuda":
-        env["TORCH_CUDA_ARCH_LIST"] = ctx.arch
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not touch a GPU
-    return env
-
-
-def _request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
+def request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
     cfg = ctx.cfg.to_dict()
     return {"mode": mode, "problem_path": str(pair.problem.path), "solution_path": str(pair.solution.path),
             "device": ctx.device, "arch": ctx.arch, "cache_dir": str(ctx.cache_dir), "seeds": ctx.seeds_for(pair),
             "timing": cfg["timing"], "checks": cfg["checks"]}
 
 
-# worker phase -> the phases key its time counts under (harness/results.py PHASES)
-_PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "reference": "reference_s", "build": "build_s",
-               "load": "load_s", "construct": "construct_s", "correctness": "correctness_s", "timing": "timing_s",
-               "profile": "profile_s"}
-
-
-def worker_phases(outcome: Outcome) -> dict[str, float]:
-    """Seconds per phase of one worker run, from its phase events' timestamps: start-up (process
-    start, imports, CUDA initialisation) until its first phase, then each phase until the next
-    (the last until the process ended)."""
-    phases: dict[str, float] = {}
-    marks = [("start", outcome.started)] + [(e["phase"], e["t"]) for e in outcome.events
-                                            if e.get("event") == "phase" and "t" in e]
-    end = outcome.started + outcome.wall_s
-    for (name, t0), (_, t1) in zip(marks, marks[1:] + [("end", end)]):
-        key = _PHASE_KEYS.get(name, "startup_s")
-        phases[key] = phases.get(key, 0.0) + max(0.0, t1 - t0)
-    return phases
-
-
-def _add(total: dict[str, float], more: dict[str, float]) -> None:
-    for key, value in more.items():
-        total[key] = total.get(key, 0.0) + value
-
-
-def _build_info(outcome: Outcome) -> dict[str, Any]:
+def build_info(outcome: Outcome) -> dict[str, Any]:
     builds = outcome.all("build")
     return {"extensions": [{k: b.get(k) for k in ("name", "key", "dir", "cached", "seconds", "ok")} for b in builds],
             "log": "\n".join(b.get("log", "") for b in builds)}
 
 
-def _failure(outcome: Outcome, limit_hint: str = "") -> tuple[Status, str, str, str] | None:
+def failure(outcome: Outcome, limit_hint: str = "") -> tuple[Status, str, str, str] | None:
     """(status, message, detail, phase) when the worker did not finish cleanly."""
     phase = outcome.phase
     if outcome.timed_out:
-        return (Status.TIMEOUT, f"timed out in phase '{phase}': no result after {outcome.limit_s:g} s "
-                f"{limit_hint}; the worker was killed", outcome.log_tail, phase)
+        message = outcome.timeout_message or (f"timed out in phase '{phase}': no result after {outcome.limit_s:g} s "
+                                              f"{limit_hint}; the worker was killed")
+        return Status.TIMEOUT, message, outcome.log_tail, phase
     error = outcome.last("error")
     if error:
         return (Status(error["status"]), error["message"], error.get("detail", ""), error.get("phase", phase))
@@ -122,174 +102,123 @@ def _failure(outcome: Outcome, limit_hint: str = "") -> tuple[Status, str, str, 
     return None
 
 
+def limit_hint(outcome: Outcome) -> str:
+    return "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)"
+
+
 class PairRun:
-    """Accumulates what is known about one pair and turns it into an EvalResult."""
+    """A pair on the runner's side: its build step, and the job a lane evaluates."""
 
     def __init__(self, ctx: RunContext, pair: Pair):
         self.ctx, self.pair = ctx, pair
-        self.started = _now()
+        self.started = now()
         self.build: dict[str, Any] = {"extensions": [], "log": ""}
+        self.build_s = 0.0
         self.work_dir = ctx.work_root / f"{pair.problem.id}__{pair.solution.name}"
         self.seeds = ctx.seeds_for(pair)
-        self.phases: dict[str, float] = {}   # seconds (harness/results.py PHASES)
-        self.gpu_s = 0.0
-        self.own_s = 0.0                     # wall time of this pair's own steps
-
-    def result(self, status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
-        shutil.rmtree(self.work_dir, ignore_errors=True)
-        phases = {k: round(v, 4) for k, v in self.phases.items()}
-        phases.update(wall_s=round(self.own_s, 4), gpu_s=round(self.gpu_s, 4),
-                      overhead_s=round(self.own_s - self.gpu_s, 4))
-        return EvalResult(
-            problem=self.pair.problem.to_dict(), solution=self.pair.solution.to_dict(), status=status,
-            message=message, run_id=self.ctx.run_id, detail=detail, phase=phase, build=self.build,
-            seeds=self.seeds, config=self.ctx.cfg.to_dict(), env=fields.pop("env", self.ctx.env),
-            started_at=self.started, finished_at=_now(), duration_s=round(self.own_s, 3), phases=phases, **fields)
+        self.attempts = 0               # lanes that took it (one more after a lane died)
 
     def run_build(self) -> EvalResult | None:
-        """Build step; a result when the pair ends here (build/load error, skipped, timeout, crash)."""
+        """Build step, with the GPU hidden; a result when the pair ends here (build/load error,
+        skipped, timeout, crash). A successful build is recorded in the cache's manifest."""
         t = self.ctx.cfg.timeouts
-        outcome = run_module("harness.worker", _request(self.ctx, self.pair, "build"), self.work_dir / "build",
-                             limit_s=t.run_s, phase_limits={"build": t.build_s}, env=_worker_env(self.ctx))
-        self.own_s += outcome.wall_s
-        self.phases["build_s"] = outcome.wall_s
-        self.build = _build_info(outcome)
-        failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
-        return self.result(*failure) if failure else None
+        outcome = run_module("harness.worker", request(self.ctx, self.pair, "build"), self.work_dir / "build",
+                             limit_s=t.run_s, phase_limits={"build": t.build_s},
+                             env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""})
+        self.build_s = outcome.wall_s
+        self.build = build_info(outcome)
+        failed = failure(outcome, limit_hint(outcome))
+        if failed is None or failed[0] is Status.SKIPPED:
+            write_manifest(self.ctx.cache_dir, self.pair.solution, self.ctx.torch_version, self.ctx.arch,
+                           self.ctx.device, self.build, skipped=failed[1] if failed else None)
+        if failed:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            return assemble(self.job(), *failed, phases={"build_s": self.build_s}, gpu_s=0.0, own_s=self.build_s)
+        return None
 
-    def run_eval(self, on_phase: Callable[[str], None] | None = None) -> EvalResult:
-        ctx, t = self.ctx, self.ctx.cfg.timeouts
-
-        def relay(event: dict[str, Any]) -> None:
-            if on_phase and event.get("event") == "phase":
-                on_phase(event["phase"])
-
-        outcome = run_module("harness.worker", _request(ctx, self.pair, "eval"), self.work_dir / "eval",
-                             limit_s=t.run_s, phase_limits={"build": t.build_s}, env=_worker_env(ctx), on_event=relay)
-        self.own_s += outcome.wall_s
-        _add(self.phases, worker_phases(outcome))
-        gpu = outcome.last("gpu_time") or {}
-        self.gpu_s += sum(v for k, v in gpu.items() if k.endswith("_s"))
-        if outcome.all("build") and not self.build["extensions"]:  # built lazily, after the build step
-            self.build = _build_info(outcome)
-        env = {**ctx.env, **((outcome.last("env") or {}).get("env", {}))}
-        timing = self._timing(outcome)
-        failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
-        if failure and (outcome.last("error") or {}).get("cuda_error"):
-            if on_phase:
-                on_phase("diagnose")
-            failure = self._diagnose(failure)
-        if failure:
-            return self.result(*failure, env=env, timing=timing)
-        if on_phase:
-            on_phase("judge")
-        report = self._judge(outcome)
-        if "error" in report:
-            return self.result(Status.HARNESS_ERROR, f"ground truth failed: {report['error']}", report.get("detail", ""),
-                               "judge", env=env, timing=timing)
-        profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k != "event"}
-        weights = report.get("weight_diagnostics") or []
-        if not report["ok"]:
-            failed = report["failed"] or {}
-            where = (f"{failed.get('kind', 'trial')} {failed.get('trial')} (seed {failed.get('seed')}"
-                     + (f", shape overrides {failed['overrides']}" if failed.get("overrides") else "") + ")")
-            message = f"{where}: {report['message']}"
-            if weights:
-                message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
-            return self.result(Status.INCORRECT, message, phase="judge", env=env, timing=timing,
-                               correctness=report, profile=profile)
-        precision = report["precision"]
-        timing = self._speedup(timing, precision)
-        flags, failures = self._flags(timing, profile)
-        message = f"{precision} class; {report['message']}"
-        if weights:
-            message += f"; note: weights differ from the reference ({'; '.join(weights)})"
-        if flags:
-            message += "; flagged: " + ", ".join(flags)
-        status = Status.REJECTED if failures else Status.OK
-        if failures:
-            message = f"rejected ({', '.join(failures)}): {message}"
-        return self.result(status, message, phase="done", env=env, timing=timing, correctness=report,
-                           profile=profile, flags=tuple(flags))
-
-    def _diagnose(self, failure: tuple[Status, str, str, str]) -> tuple[Status, str, str, str]:
-        """A CUDA error is reported asynchronously, so the line that raised it is rarely the
-        launch that caused it. Re-run construction and one trial per shape with
-        CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call."""
-        status, message, detail, phase = failure
-        outcome = run_module("harness.worker", _request(self.ctx, self.pair, "diagnose"), self.work_dir / "diagnose",
-                             limit_s=self.ctx.cfg.timeouts.run_s, phase_limits={"build": self.ctx.cfg.timeouts.build_s},
-                             env={**_worker_env(self.ctx), "CUDA_LAUNCH_BLOCKING": "1"})
-        self.own_s += outcome.wall_s
-        _add(self.phases, {"diagnose_s": outcome.wall_s})
-        found = outcome.last("diagnosis")
-        if found is None:
-            note = "the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish"
-        elif not found.get("reproduced"):
-            note = "the error did not recur in a rerun with CUDA_LAUNCH_BLOCKING=1 (a race or uninitialized memory?)"
-        else:
-            call = found.get("call")
-            if call:
-                how = "raised by" if call.get("inside") else "raised after"
-                note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {how} the extension call {call['function']}(...) at {call['where']}"
-                if call.get("notes"):
-                    note += "; " + "; ".join(call["notes"])
-            else:
-                note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {found.get('error')} at {found.get('where')} (no extension call was made)"
-        return status, f"{message}; {note}", f"{detail}\n\n[diagnosis]\n{outcome.log_tail}", phase
-
-    def _speedup(self, timing: dict[str, Any], precision: str) -> dict[str, Any]:
-        """A tf32-class result is compared with PyTorch defaults, an fp32-class one with TF32 off."""
-        baseline = "reference_fp32" if precision == "fp32" else "reference"
-        timing = dict(timing)
-        if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
-            timing["baseline"] = baseline
-            timing["speedup"] = timing[baseline]["median_ms"] / timing["solution"]["median_ms"]
-        return timing
-
-    def _flags(self, timing: dict[str, Any], profile: dict[str, Any]) -> tuple[list[str], list[str]]:
-        checks = self.ctx.cfg.checks
-        flags, failures = [], []
-        if profile and profile.get("share", 0.0) > checks.library_share:
-            flags.append("library_passthrough")
-            if checks.library_passthrough == "fail":
-                failures.append("library_passthrough")
-        if "event_median_ms" in (timing.get("solution") or {}):
-            flags.append("timing_inconsistent")
-            if checks.timing_consistency == "fail":
-                failures.append("timing_inconsistent")
-        return flags, failures
-
-    def _timing(self, outcome: Outcome) -> dict[str, Any]:
-        timing: dict[str, Any] = {}
-        for event in outcome.all("timing"):
-            stats = dict(event["stats"])
-            if "wall_median_ms" in stats and not timing_consistent(stats["median_ms"], stats["wall_median_ms"]):
-                stats["event_median_ms"] = stats["median_ms"]  # not trusted: report the wall time
-                stats["median_ms"] = stats["wall_median_ms"]
-            timing[event["role"]] = stats
-        return timing
-
-    def _judge(self, outcome: Outcome) -> dict[str, Any]:
-        import json
+    def job(self) -> dict[str, Any]:
+        """What a lane needs to evaluate the pair (plain data: it crosses to the lane's process)."""
         ctx = self.ctx
-        report_path = self.work_dir / "judge" / "report.json"
-        correctness = ctx.cfg.to_dict()["correctness"]
-        state = outcome.last("state")
-        request = {"problem_path": str(self.pair.problem.path), "device": ctx.device, "seeds": self.seeds,
-                   "outputs": outcome.all("output"), "report_path": str(report_path),
-                   "state_path": state["path"] if state else None,
-                   "tolerances": {"fp32": correctness["fp32"], "tf32": correctness["tf32"]}}
-        judged = run_module("harness.judge", request, self.work_dir / "judge", limit_s=ctx.cfg.timeouts.judge_s,
-                            env={} if ctx.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})
-        self.own_s += judged.wall_s
-        self.phases["judge_s"] = judged.wall_s
-        if judged.timed_out:
-            return {"error": f"judge exceeded timeouts.judge_s={ctx.cfg.timeouts.judge_s:g} s"}
-        if not report_path.exists():
-            how = f"signal {judged.signal_name}" if judged.signal_name else f"exit code {judged.returncode}"
-            return {"error": f"judge died ({how})", "detail": judged.log_tail}
-        report = json.loads(report_path.read_text())
-        if "truth_s" in report:
-            self.phases["truth_s"] = report.pop("truth_s")
-        return report
+        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.pair.solution.to_dict(),
+                "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
+                "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
+                "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
+                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env()}
+
+
+def assemble(job: dict[str, Any], status: Status, message: str, detail: str = "", phase: str = "", *,
+             phases: dict[str, float], gpu_s: float, own_s: float, **fields: Any) -> EvalResult:
+    """The EvalResult of a pair; `own_s` is the wall time of the pair's own steps so far."""
+    phases = {k: round(v, 4) for k, v in phases.items()}
+    phases.update(wall_s=round(own_s, 4), gpu_s=round(gpu_s, 4), overhead_s=round(own_s - gpu_s, 4))
+    return EvalResult(
+        problem=job["problem"], solution=job["solution"], status=status, message=message, run_id=job["run_id"],
+        detail=detail, phase=phase, build=fields.pop("build", job["build"]), seeds=job["seeds"],
+        config=job["config"], env=fields.pop("env", job["env"]), started_at=job["started_at"], finished_at=now(),
+        duration_s=round(own_s, 3), phases=phases, **fields)
+
+
+def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict[str, Any]:
+    """The timing block: the references' stats and the solution's, the event time replaced by
+    the wall time where they disagree (guards.timing_consistent)."""
+    timing: dict[str, Any] = dict(references)
+    for event in events:
+        if event.get("event") == "timing":
+            timing[event["role"]] = dict(event["stats"])
+    for role, stats in timing.items():
+        if "wall_median_ms" in stats and not timing_consistent(stats["median_ms"], stats["wall_median_ms"]):
+            stats = dict(stats)
+            stats["event_median_ms"] = stats["median_ms"]  # not trusted: report the wall time
+            stats["median_ms"] = stats["wall_median_ms"]
+            timing[role] = stats
+    return timing
+
+
+def speedup(timing: dict[str, Any], precision: str) -> dict[str, Any]:
+    """A tf32-class result is compared with PyTorch defaults, an fp32-class one with TF32 off."""
+    baseline = "reference_fp32" if precision == "fp32" else "reference"
+    timing = dict(timing)
+    if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
+        timing["baseline"] = baseline
+        timing["speedup"] = timing[baseline]["median_ms"] / timing["solution"]["median_ms"]
+    return timing
+
+
+def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, Any]) -> tuple[list[str], list[str]]:
+    flags, failures = [], []
+    if profile and profile.get("share", 0.0) > checks["library_share"]:
+        flags.append("library_passthrough")
+        if checks["library_passthrough"] == "fail":
+            failures.append("library_passthrough")
+    if "event_median_ms" in (timing.get("solution") or {}):
+        flags.append("timing_inconsistent")
+        if checks["timing_consistency"] == "fail":
+            failures.append("timing_inconsistent")
+    return flags, failures
+
+
+def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
+            profile: dict[str, Any]) -> tuple[Status, str, str, dict[str, Any]]:
+    """(status, message, phase, result fields) of a pair whose worker finished and was judged."""
+    weights = report.get("weight_diagnostics") or []
+    if not report["ok"]:
+        failed = report["failed"] or {}
+        where = (f"{failed.get('kind', 'trial')} {failed.get('trial')} (seed {failed.get('seed')}"
+                 + (f", shape overrides {failed['overrides']}" if failed.get("overrides") else "") + ")")
+        message = f"{where}: {report['message']}"
+        if weights:
+            message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
+        return Status.INCORRECT, message, "judge", {"timing": timing, "correctness": report, "profile": profile}
+    precision = report["precision"]
+    timing = speedup(timing, precision)
+    flags, failures = flags_of(job["config"]["checks"], timing, profile)
+    message = f"{precision} class; {report['message']}"
+    if weights:
+        message += f"; note: weights differ from the reference ({'; '.join(weights)})"
+    if flags:
+        message += "; flagged: " + ", ".join(flags)
+    status = Status.REJECTED if failures else Status.OK
+    if failures:
+        message = f"rejected ({', '.join(failures)}): {message}"
+    return status, message, "done", {"timing": timing, "correctness": report, "profile": profile,
+                                     "flags": tuple(flags)}

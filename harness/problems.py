@@ -143,10 +143,16 @@ def load_problem(problem: Problem) -> types.ModuleType:
     return module
 
 
-def validate(problem: Problem) -> None:
-    """Check that the problem file loads and get_init_inputs() returns a list (get_inputs() is
-    not called here: it may allocate large tensors)."""
+def validate(problem: Problem, extra_shapes: list[dict] | None = None, where: str = "") -> None:
+    """Check that the problem file loads, get_init_inputs() returns a list (get_inputs() is not
+    called here: it may allocate large tensors) and each extra shape overrides existing
+    module-level constants (`where`: the config that names them)."""
     module = load_problem(problem)
+    for shape in extra_shapes or []:
+        unknown = [k for k in shape if not hasattr(module, k)]
+        if unknown:
+            raise BadInput(where, f"correctness.extra_shapes for {problem.id}: {', '.join(unknown)} "
+                                  f"is not a module-level constant of {_display(problem.path)}")
     try:
         value = module.get_init_inputs()
     except Exception as exc:  # noqa: BLE001
@@ -157,14 +163,34 @@ def validate(problem: Problem) -> None:
 
 
 def make_inputs(module: types.ModuleType, seed: int, device) -> list:
-    """Call get_inputs() under `seed` (CPU generator, so identical in every process) and move
-    tensors to `device`. Worker and judge both call this with the same seed."""
+    """Call get_inputs() under `seed` and move tensors to `device`. Worker and lane both call this
+    with the same seed on the same device, so they get the same inputs.
+
+    On CUDA, get_inputs() runs with the device as torch's default device: its factory calls
+    (torch.rand, torch.randn, ...) allocate and draw on the GPU, from the CUDA generator seeded
+    here, in milliseconds where the host takes seconds for a 6.4 GB input; same shapes, dtypes and
+    distributions, other values than the host's generator would give. A get_inputs() that cannot
+    run so (e.g. it calls .numpy()) runs on the host, under the same seed, and its tensors move."""
     import random
 
     import torch
-    random.seed(seed)
-    torch.manual_seed(seed)
-    values = module.get_inputs()
+
+    def draw(default_device=None):
+        random.seed(seed)
+        torch.manual_seed(seed)  # the CPU generator and every CUDA generator
+        if default_device is None:
+            return module.get_inputs()
+        with torch.device(default_device):
+            return module.get_inputs()
+
+    values = None
+    if torch.device(device).type == "cuda":
+        try:
+            values = draw(device)
+        except Exception:  # noqa: BLE001 - retried on the host; a real fault raises there too
+            values = None
+    if values is None:
+        values = draw()
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
@@ -180,16 +206,8 @@ def construct(cls, init_inputs: list, seed: int, device, call=None):
     return call(model.to, device)
 
 
-def extra_shapes_for(problem: Problem, mapping: dict, where: str) -> list[dict]:
-    """Extra correctness shapes from the config: keys are a problem id, its number or its family.
-    Each override must name an existing module-level constant of the problem."""
+def extra_shapes_for(problem: Problem, mapping: dict) -> list[dict]:
+    """Extra correctness shapes from the config: keys are a problem id, its number or its family
+    (validate() checks that they name module-level constants of the problem)."""
     keys = {problem.id, _short_id(problem.id), problem.family, f"{problem.family}/{problem.id}"}
-    shapes = [dict(s) for key, value in mapping.items() if key in keys for s in value]
-    if shapes:
-        module = load_problem(problem)
-        for shape in shapes:
-            unknown = [k for k in shape if not hasattr(module, k)]
-            if unknown:
-                raise BadInput(where, f"correctness.extra_shapes for {problem.id}: {', '.join(unknown)} "
-                                      f"is not a module-level constant of {_display(problem.path)}")
-    return shapes
+    return [dict(s) for key, value in mapping.items() if key in keys for s in value]

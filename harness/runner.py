@@ -1,41 +1,183 @@
-"""Pick the pairs, build them in parallel, evaluate them one at a time (the device is timed
-idle), stream each result to the store as soon as it exists, and show progress."""
+"""The run: pick the pairs, build them on the CPU while lanes evaluate the ones already built, one
+lane per GPU (harness/lane.py), stream each result to the store as soon as it exists, and show
+progress.
+
+A lane is a long-lived trusted process that owns one device; the runner itself never initializes
+CUDA. Builds run in fresh processes with the GPUs hidden (harness/pipeline.py); a build the cache's
+manifest already records is not repeated. A lane that dies loses only the pair it had, which is
+given to a lane once more; a pair that takes down a lane twice is recorded as a harness error.
+"""
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from . import REPO_ROOT, problems
-from .build import default_cache_dir
+from .build import default_cache_dir, read_manifest
+from .channel import Channel, ChannelClosed, ProtocolError
 from .config import Config
 from .env import git_info
 from .errors import BadInput
-from .isolation import child_env
+from .isolation import child_env, tail
 from .leaderboard import summary
-from .pipeline import PairRun, RunContext
-from .results import EvalResult, with_store_time
+from .pipeline import PairRun, RunContext, assemble, failure
+from .results import EvalResult, Status, with_store_time
 from .solutions import Pair
 from .store import Store
 
 
-def probe_device(requested: str) -> dict:
-    """Ask a child process which device to use (the parent never initializes CUDA)."""
-    out = subprocess.run([sys.executable, "-m", "harness.env", requested], capture_output=True, text=True,
-                         cwd=REPO_ROOT, env=child_env(), timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"device probe failed: {out.stderr.strip()[-500:]}")
-    info = json.loads(out.stdout.strip().splitlines()[-1])
-    if requested == "cuda" and not info["has_cuda"]:
-        raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
-    return info
+class LaneDied(Exception):
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+
+class LaneProc:
+    """A lane process and the runner's end of its channel. Start it from the thread that will
+    wait for it: the lane dies with that thread (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool):
+        self.index, self.gpu, self.device = index, gpu, device
+        self.work_dir = Path(work_dir) / f"lane{index}"
+        self.hide_gpus = hide_gpus
+        self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.info: dict[str, Any] = {}
+        self.starts = 0
+
+    def start(self, timeout_s: float = 600.0) -> dict[str, Any]:
+        self.spawn()
+        return self.hello(timeout_s)
+
+    def spawn(self) -> None:
+        self.starts += 1
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.work_dir / f"lane-{self.starts}.log"
+        channel, theirs = Channel.pair()
+        env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
+               "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
+        if self.hide_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.index > 0:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "harness.lane", str(theirs.fileno())], cwd=REPO_ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=child_env(env), start_new_session=True, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.channel = channel
+
+    def hello(self, timeout_s: float = 600.0) -> dict[str, Any]:
+        got = self._receive(timeout_s)
+        if got.get("op") != "hello":
+            raise LaneDied(f"lane {self.index} did not start", tail(self.log_path))
+        self.info = got
+        return got
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            got = self.channel.recv(timeout=timeout_s)
+        except (ChannelClosed, ProtocolError) as exc:
+            self.kill()
+            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
+        if got is None:
+            self.kill()
+            raise LaneDied(f"lane {self.index} gave no answer within {timeout_s:g} s and was killed",
+                           tail(self.log_path))
+        return got[0]
+
+    def validate(self, pairs: list[Pair], extra: dict[str, list], where: str) -> None:
+        """The lane loads each problem file (the runner never imports torch); BadInput on a defect."""
+        files = {str(p.problem.path): extra.get(p.problem.id, []) for p in pairs}
+        self.channel.send({"op": "validate", "where": where,
+                           "problems": [{"path": path, "extra": shapes} for path, shapes in files.items()]})
+        got = self._receive(600.0)
+        if got.get("error"):
+            raise BadInput(*got["error"])
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        try:
+            self.channel.send({"op": "pair", "job": job})
+        except ChannelClosed as exc:
+            self.kill()
+            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
+        got = self._receive(timeout_s)
+        if got.get("op") != "result":
+            self.kill()
+            raise LaneDied(f"lane {self.index} answered {got.get('op')!r}", tail(self.log_path))
+        return got["result"]
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.channel.send({"op": "stop"})
+            self.proc.wait(timeout=30)
+        except (ChannelClosed, subprocess.TimeoutExpired):
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if self.channel is not None:
+            self.channel.close()
+
+
+class Schedule:
+    """Pairs ready for a lane, and how many builds may still add one. A lane takes a pair of the
+    problem it had last when there is one (its reference timings and ground truth are warm)."""
+
+    def __init__(self, order: dict[int, int]):
+        self.cv = threading.Condition()
+        self.ready: list[PairRun] = []
+        self.building = 0
+        self.order = order
+
+    def expect(self, builds: int) -> None:
+        with self.cv:
+            self.building += builds
+
+    def built(self, run: PairRun | None) -> None:
+        with self.cv:
+            self.building -= 1
+            if run is not None:
+                self.ready.append(run)
+            self.cv.notify_all()
+
+    def put(self, run: PairRun) -> None:
+        with self.cv:
+            self.ready.append(run)
+            self.cv.notify_all()
+
+    def more(self) -> bool:
+        """Whether a pair may still be handed out after those already taken."""
+        with self.cv:
+            return bool(self.ready) or self.building > 0
+
+    def take(self, last_problem: str | None) -> PairRun | None:
+        with self.cv:
+            while not self.ready and self.building > 0:
+                self.cv.wait()
+            if not self.ready:
+                return None
+            same = [r for r in self.ready if r.pair.problem.id == last_problem]
+            pick = min(same or self.ready, key=lambda r: self.order[id(r)])
+            self.ready.remove(pick)
+            return pick
 
 
 def _describe(result: EvalResult) -> str:
@@ -49,17 +191,67 @@ def _describe(result: EvalResult) -> str:
     return "  ".join(parts)
 
 
+def gpu_ids(count: int) -> list[str]:
+    visible = [s.strip() for s in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if s.strip()]
+    return visible[:count] if visible else [str(i) for i in range(count)]
+
+
+class Lanes:
+    """A run's lanes. The first is started at once (it imports torch and starts its workers while
+    the caller still reads the problem files); the others once it has said how many GPUs there are."""
+
+    def __init__(self, cfg: Config):
+        self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
+        self.hide = cfg.device == "cpu"
+        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide)
+        self.first.spawn()
+        self.all = [self.first]
+
+    def close(self) -> None:
+        for lane in self.all:
+            lane.stop()
+        if not os.environ.get("KB_KEEP_WORK"):  # set it to keep the lanes' and workers' logs
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
-             out: Callable[[str], None] = print) -> list[EvalResult]:
-    info = probe_device(cfg.device)
-    device = info["device"]
-    store = Store(cfg.results_dir, run_id)
+             out: Callable[[str], None] = print, lanes: Lanes | None = None) -> list[EvalResult]:
+    """Evaluate the pairs; `lanes`, when given, were started earlier (Lanes(cfg)) and are closed here."""
     cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    cores = os.cpu_count() or 1
-    jobs = cfg.build.jobs or cores
-    base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
+    lanes = lanes or Lanes(cfg)
+    try:
+        first, hide, work = lanes.first, lanes.hide, lanes.work
+        try:
+            info = first.hello()
+        except LaneDied as exc:
+            raise RuntimeError(f"the evaluation lane could not start: {exc}\n{exc.detail}") from None
+        if cfg.device == "cuda" and not info["has_cuda"]:
+            raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
+        device = info["device"]
+        count = info.get("gpu_count", 0) if device == "cuda" else 1
+        wanted = cfg.gpus or count
+        if device != "cuda" and cfg.gpus > 1:
+            raise BadInput("--gpus", f"{cfg.gpus} lanes need CUDA devices; this run is on the CPU")
+        if wanted > count:
+            raise BadInput("--gpus", f"{wanted} GPUs requested, this machine has {count}"
+                                     + (f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']})"
+                                        if os.environ.get("CUDA_VISIBLE_DEVICES") else ""))
+        extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes) for p in pairs}
+        first.validate(pairs, extra, cfg.source)
+        ids = gpu_ids(wanted) if device == "cuda" else [""]
+        lanes.all += [LaneProc(i, ids[i], cfg.device, work, hide) for i in range(1, len(ids))]
+        return _run(pairs, cfg, run_id, resume, out, info, lanes.all, cache_dir, work, extra)
+    finally:
+        lanes.close()
 
+
+def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
+         info: dict[str, Any], lanes: list[LaneProc], cache_dir: Path, work: Path,
+         extra: dict[str, list]) -> list[EvalResult]:
+    device = info["device"]
+    store = Store(cfg.results_dir, run_id)
+    base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
     done: dict[str, EvalResult] = {}
     pending: list[Pair] = []
     for pair in pairs:
@@ -68,47 +260,107 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
             done[previous.key] = previous
         else:
             pending.append(pair)
+    secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
     store.write_manifest({"run_id": run_id, "device": device, "arch": info["arch"], "config": cfg.to_dict(),
                           "config_file": cfg.source, "pairs": [f"{p.problem.id}__{p.solution.name}" for p in pairs],
-                          "git": base_env["git"]})
+                          "git": base_env["git"], "lanes": [lane.gpu for lane in lanes],
+                          "gpu_names": info.get("gpu_names", [])[:len(lanes)] if device == "cuda" else []})
     if done:
         out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
-
-    secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
-    extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes, cfg.source)
-             for p in pairs}
     store.write_manifest({"secret_seed": secret})
     total = len(pairs)
-    with tempfile.TemporaryDirectory(prefix="kb-harness-") as work:
-        workers = max(1, min(jobs, len(pending)))
-        ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
-                         work_root=Path(work), secret=secret, build_threads=max(1, cores // workers),
-                         env=base_env, extra_shapes=extra)
-        runs = {id(p): PairRun(ctx, p) for p in pending}
+    cores = os.cpu_count() or 1
+    jobs = cfg.build.jobs or max(1, cores - len(lanes))
+    ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
+                     work_root=work / "pairs", secret=secret, build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
+                     torch_version=info["torch"], env=base_env, extra_shapes=extra)
+    runs = [PairRun(ctx, p) for p in pending]
+    lock = threading.Lock()
 
-        def record(result: EvalResult) -> None:
-            start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
-            json.dumps(result.to_dict(), indent=1, default=str)
-            result = with_store_time(result, time.monotonic() - start)
+    def record(result: EvalResult) -> None:
+        start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
+        json.dumps(result.to_dict(), indent=1, default=str)
+        result = with_store_time(result, time.monotonic() - start)
+        with lock:
             store.write(result)
             done[result.key] = result
             out(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: {_describe(result)}")
 
-        if pending:
-            out(f"building {len(pending)} solution(s) with {workers} worker(s) on {device}"
-                + (f" ({info.get('gpu_name')})" if device == "cuda" else ""))
-        survivors: list[Pair] = []
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(runs[id(p)].run_build): p for p in pending}
-            for future in as_completed(futures):
-                result = future.result()
-                if result is not None:
-                    record(result)
+    schedule = Schedule({id(r): i for i, r in enumerate(runs)})
+    to_build = []
+    for run in runs:
+        manifest = read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device)
+        if manifest is None:
+            to_build.append(run)
+        elif manifest.get("skipped"):
+            record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
+                            own_s=0.0))
+        else:
+            schedule.put(run)
+    schedule.expect(len(to_build))
+    if pending:
+        workers = max(1, min(jobs, len(to_build) or 1))
+        gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
+        out(f"{len(pending)} pair(s) on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
+            f"{workers} worker(s), {len(pending) - len(to_build)} already built")
+
+    def build(run: PairRun) -> None:
+        try:
+            result = run.run_build()
+        except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
+            result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
+                              phases={}, gpu_s=0.0, own_s=run.build_s)
+        if result is not None:
+            record(result)
+        schedule.built(None if result is not None else run)
+
+    backstop = cfg.timeouts.build_s + cfg.timeouts.run_s + cfg.timeouts.judge_s + 120.0
+
+    def lane_loop(lane: LaneProc) -> None:
+        last = None
+        if lane.proc is None:
+            try:
+                lane.start()
+            except LaneDied as exc:
+                out(f"warning: {exc}; the other lanes go on")
+                return
+        while True:
+            run = schedule.take(last)
+            if run is None:
+                return
+            last = run.pair.problem.id
+            run.attempts += 1
+            job = {**run.job(), "more": schedule.more()}
+            started = time.monotonic()
+            try:
+                result = EvalResult.from_dict(lane.run(job, backstop))
+            except LaneDied as exc:
+                out(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
+                if run.attempts < 2:
+                    schedule.put(run)
                 else:
-                    survivors.append(futures[future])
-        order = {id(p): i for i, p in enumerate(pending)}
-        for pair in sorted(survivors, key=lambda p: order[id(p)]):
-            record(runs[id(pair)].run_eval())
+                    record(assemble(job, Status.HARNESS_ERROR, f"the evaluation lane died twice while evaluating "
+                                    f"this pair: {exc}", exc.detail, phase="judge", phases={"build_s": run.build_s},
+                                    gpu_s=0.0, own_s=run.build_s + time.monotonic() - started))
+                try:
+                    lane.start()
+                except LaneDied as again:
+                    out(f"warning: {again}; the other lanes go on")
+                    return
+                continue
+            record(result)
+
+    threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_build) or 1))) as pool:
+        list(pool.map(build, to_build))
+    for thread in threads:
+        thread.join()
+    leftover = schedule.ready
+    for run in leftover:  # every lane died for good
+        record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
+                        phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))
     results = [done[k] for k in sorted(done)]
     store.write_manifest({"summary": summary(results)})
     return results
@@ -121,7 +373,6 @@ def compile_solutions(files: list[Path], cfg: Config, *, arch: str = "9.0", jobs
     Each item: {"path", "status", "message", "detail", "extensions"}."""
     from .compile_only import cuda_home
     from .isolation import run_module
-    from .pipeline import _failure
     cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
@@ -137,11 +388,11 @@ def compile_solutions(files: list[Path], cfg: Config, *, arch: str = "9.0", jobs
         with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
             outcome = run_module("harness.worker", request, Path(work), limit_s=cfg.timeouts.run_s,
                                  phase_limits={"build": cfg.timeouts.build_s}, env=env)
-        failure = _failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
+        failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
         builds = outcome.all("build")
         item = {"path": problems._display(Path(path)), "extensions": [b.get("name") for b in builds]}
-        if failure:
-            status, message, detail, _ = failure
+        if failed:
+            status, message, detail, _ = failed
             item.update(status=status.value, message=message, detail=detail)
         else:
             names = ", ".join(item["extensions"]) or "no load_inline call"

@@ -94,6 +94,35 @@ def sample(fn: Callable[[], object], timer: Callable[[Callable[[], object]], flo
             return samples
 
 
+class InputPool:
+    """Inputs refreshed IN PLACE before every call (untimed) from a pool of fresh input sets, so a
+    cache keyed on pointer or shape returns stale results. `live` is what the calls get."""
+
+    def __init__(self, pool: list[list]):
+        import torch
+        self.pool = pool
+        self.live = [x.clone() if isinstance(x, torch.Tensor) else x for x in pool[0]]
+        self.index = 0
+
+    def refresh(self) -> int:
+        """Copy the next set into `live`; returns its index in the pool."""
+        import torch
+        self.index = (self.index + 1) % len(self.pool)
+        for dst, src in zip(self.live, self.pool[self.index]):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        return self.index
+
+
+def make_timer(device: str, flush_l2: bool):
+    return CudaEventTimer(device, flush_l2) if device == "cuda" else HostTimer()
+
+
+def rule_of(t: dict) -> StoppingRule:
+    """The stopping rule of a `timing` config section (as a dict)."""
+    return StoppingRule(t["min_samples"], t["max_samples"], t["min_time_s"], t["max_time_s"])
+
+
 def summarize(samples: list[float], timer_name: str) -> TimingStats:
     ordered = sorted(samples)
     if len(ordered) >= 2:
@@ -105,3 +134,14 @@ def summarize(samples: list[float], timer_name: str) -> TimingStats:
         min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered),
         samples=len(ordered), timer=timer_name,
     )
+
+
+def stats_of(samples: list[float], timer, _summarize=summarize) -> dict:
+    """summarize() as a dict, with the median host wall time of the calls for CUDA events.
+    summarize is bound when this is defined: a solution that replaces timing.summarize in the
+    worker's process does not change what the worker reports."""
+    stats = _summarize(samples, timer.name).__dict__
+    if isinstance(timer, CudaEventTimer) and timer.wall_ms:
+        walls = sorted(timer.wall_ms)
+        stats["wall_median_ms"] = walls[len(walls) // 2]
+    return stats

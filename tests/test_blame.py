@@ -67,19 +67,19 @@ def test_classify_reports_a_harness_fault_as_harness_error():
 
 
 # A fault injected into a harness function of the worker process: sitecustomize replaces
-# harness.guards.tensor_digest, before the worker imports it, by a function compiled as if it
-# were written in harness/guards.py (so its frame is a harness frame), which raises as numpy's
-# absence once made the real one raise.
+# harness.guards.aliased_input (which the worker calls on every output), before the worker
+# imports it, by a function compiled as if it were written in harness/guards.py (so its frame is
+# a harness frame), which raises as numpy's absence once made the input digest raise there.
 INJECT = textwrap.dedent(f"""
     import harness.guards
     namespace = {{}}
-    exec(compile("def tensor_digest(t):\\n    raise RuntimeError('Numpy is not available (injected fault)')\\n",
+    exec(compile("def aliased_input(out, inputs):\\n    raise RuntimeError('Numpy is not available (injected fault)')\\n",
                  {str(REPO_ROOT / 'harness' / 'guards.py')!r}, "exec"), namespace)
-    harness.guards.tensor_digest = namespace["tensor_digest"]
+    harness.guards.aliased_input = namespace["aliased_input"]
 """)
 
 
-def test_a_fault_injected_into_the_worker_s_digest_is_a_harness_error(tmp_path):
+def test_a_fault_injected_into_a_worker_s_harness_function_is_a_harness_error(tmp_path):
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(INJECT)
@@ -92,5 +92,5 @@ def test_a_fault_injected_into_the_worker_s_digest_is_a_harness_error(tmp_path):
     result = json.loads((tmp_path / "results" / "fault" / "elementwise_add__cpp_ok.json").read_text())
     assert result["status"] == "harness_error", result["message"]
     assert "not the solution's fault" in result["message"]
-    assert "harness/guards.py:2 (tensor_digest)" in result["message"] and "injected fault" in result["message"]
+    assert "harness/guards.py:2 (aliased_input)" in result["message"] and "injected fault" in result["message"]
     assert "cpp_ok.py" not in result["message"]

@@ -34,7 +34,7 @@ def check_extra_shapes(problem, mod):
     these too; this is the quick look)."""
     cfg = load_config("configs/default.yaml")
     originals = {k: getattr(mod, k) for k in dir(mod) if not k.startswith("_")}
-    for shape in extra_shapes_for(problem, cfg.correctness.extra_shapes, cfg.source):
+    for shape in extra_shapes_for(problem, cfg.correctness.extra_shapes):
         for k, v in shape.items():
             setattr(mod, k, v)
         init = list(mod.get_init_inputs())

@@ -1,0 +1,109 @@
+"""What went wrong in a worker, as a status and one actionable line: the CUDA errors a kernel
+causes and what they usually mean, the classification of an exception by phase and by whose code
+raised it (harness/blame.py), and what looks wrong about tensors passed to an extension."""
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .blame import blame
+from .build import BuildError, InlineMisuse, NeedsCuda
+from .problems import exception_location
+from .results import Status
+
+_NO_CUDA_MARKERS = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
+                    "No CUDA GPUs are available", "CUDA driver initialization failed")
+
+
+# CUDA errors a kernel causes, and what they usually mean.
+CUDA_ERRORS = (
+    ("an illegal memory access was encountered", "illegal memory access",
+     "a kernel read or wrote outside its buffers: check index bounds, and that every pointer is a "
+     "CUDA tensor of the expected size"),
+    ("misaligned address", "misaligned address",
+     "a vector access (float2/float4, 16-byte loads) on a pointer not aligned to its size: check "
+     "offsets and storage_offset, and that tensors are contiguous"),
+    ("unspecified launch failure", "launch failure",
+     "the kernel faulted (often an out-of-bounds access) or was killed"),
+    ("an illegal instruction was encountered", "illegal instruction", "the kernel hit a trap or an invalid instruction"),
+    ("device-side assert triggered", "device-side assert", "an assert in device code failed"),
+    ("invalid configuration argument", "invalid launch configuration",
+     "grid or block dimensions out of range or zero (more than 1024 threads per block? an empty grid?)"),
+    ("too many resources requested for launch", "too many resources for launch",
+     "too many registers or too much shared memory per block for this block size"),
+    ("invalid device function", "invalid device function", "the kernel was not compiled for this GPU's architecture"),
+    ("no kernel image is available", "no kernel image", "the kernel was not compiled for this GPU's architecture"),
+)
+
+
+def cuda_error(text: str) -> tuple[str, str] | None:
+    """(short name, explanation) of a CUDA error named in an exception text."""
+    lowered = text.lower()
+    for needle, name, meaning in CUDA_ERRORS:
+        if needle in lowered:
+            return name, meaning
+    return None
+
+
+class Failure(Exception):
+    def __init__(self, status: Status, message: str, detail: str = "", **fields: Any):
+        self.status, self.message, self.detail, self.fields = status, message, detail, fields
+        super().__init__(message)
+
+
+def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
+             problem_path: Path | None = None) -> Failure:
+    """Map an exception in `phase` to a status and one actionable line. An exception the harness
+    or the problem file raised itself (harness/blame.py) is a harness_error naming that frame,
+    never the solution's failure."""
+    detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, Failure):
+        return exc
+    if isinstance(exc, NeedsCuda):
+        return Failure(Status.SKIPPED, f"needs a CUDA device: {exc}")
+    if isinstance(exc, BuildError):
+        return Failure(Status.BUILD_ERROR, str(exc), exc.log)
+    if isinstance(exc, InlineMisuse):
+        return Failure(Status.BUILD_ERROR, str(exc), detail)
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first_line = text.splitlines()[0] if text else type(exc).__name__
+    where = exception_location(exc, solution_path)
+    if device == "cpu" and any(m in text for m in _NO_CUDA_MARKERS):
+        return Failure(Status.SKIPPED, f"needs a CUDA device ({first_line}) at {where}", detail)
+    import torch
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text.lower():
+        return Failure(Status.OOM, f"out of memory during {phase}: {first_line} at {where}", detail)
+    if phase in ("load", "build"):
+        return Failure(Status.LOAD_ERROR, f"{where}: {first_line}", detail)
+    named = cuda_error(text)
+    if named:  # a kernel's fault surfaces at the next sync, often in the harness's own code
+        return Failure(Status.RUNTIME_ERROR, f"{phase}: CUDA error: {named[0]} ({named[1]}), raised at {where}",
+                       detail, cuda_error=named[0])
+    owner = blame(exc, problem_path)
+    if owner.owner == "harness":
+        return Failure(Status.HARNESS_ERROR, f"harness error in phase '{phase}' (not the solution's fault): "
+                       f"{first_line} at {owner.where or 'an unknown place'}", detail)
+    if owner.owner == "problem":
+        return Failure(Status.HARNESS_ERROR, f"the problem's reference code failed in phase '{phase}' (not the "
+                       f"solution's fault): {first_line} at {owner.where}", detail)
+    return Failure(Status.RUNTIME_ERROR, f"{phase}: {first_line} at {where}", detail)
+
+
+def argument_notes(args: list, device: str) -> list[str]:
+    """What looks wrong about the tensors passed to an extension function."""
+    import torch
+    notes = []
+    for i, arg in enumerate(args):
+        if not isinstance(arg, torch.Tensor):
+            continue
+        what = f"argument {i} ({arg.dtype} {list(arg.shape)})"
+        if device == "cuda" and arg.device.type != "cuda":
+            notes.append(f"{what} is a {arg.device.type.upper()} tensor: CUDA code that dereferences it reads "
+                         f"host memory (use None / an empty CUDA tensor, or check has_value / numel in C++)")
+        elif arg.numel() and not arg.is_contiguous():
+            notes.append(f"{what} is not contiguous (stride {list(arg.stride())}): call .contiguous() "
+                         f"or index with its strides")
+        elif arg.numel() and arg.data_ptr() % 16:
+            notes.append(f"{what} is not 16-byte aligned (storage offset {arg.storage_offset()})")
+    return notes

@@ -1,0 +1,325 @@
+"""An evaluation lane: one per device, trusted, alive for the whole run. It never imports solution
+code.
+
+    python -m harness.lane FD      started by the runner (harness/runner.py); its GPU is the one
+                                   named by KB_LANE_GPU, the first one it sees
+
+It keeps what the pairs of a problem share: the problem file and its reference models, the
+reference's timings (measured here, on this device, in this run; again when older than
+timing.reference_max_age_s or when the GPU's temperature moved more than
+timing.reference_max_temp_delta_c), and the float64 ground truth of each (problem, shape, seed)
+while it fits (correctness.truth_cache_fraction of the device's memory).
+
+For each pair it takes a fresh worker from its pool of warm interpreters (harness/pool.py),
+sends the pair, and supervises it: the phase limits, and a limit per call from the reference's
+time (max(timeouts.call_s, timeouts.call_factor x the reference's median); the first call of a
+model max of that and timeouts.first_call_s). Each output the worker hands over is taken while
+the worker is stopped (SIGSTOP): copied device-to-device into the lane's memory, the inputs
+compared bit for bit with the lane's own, then judged against the ground truth on the device.
+The worker waits for that, so nothing of the lane runs on the GPU while the worker times, and the
+reference is timed here while no worker has work.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .channel import Channel, ChannelClosed, ProtocolError
+from .env import collect, gpu_now, probe
+from .isolation import Outcome, die_with_parent, tail
+from .pool import Spare, WorkerPool, kill
+from .results import Status
+
+FIRST_CALLS = ("construct", "profile")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+@contextmanager
+def stopped(pid: int, timeout_s: float = 10.0):
+    """The worker's whole session stopped (SIGSTOP) while the block runs: nothing it does, on any
+    thread, can change what is taken from it."""
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while _state(pid) not in ("T", "t", "X", "Z"):
+            if time.monotonic() > deadline:
+                raise ChannelClosed("the worker did not stop")
+            time.sleep(0.0005)
+        if _state(pid) in ("X", "Z"):
+            raise ChannelClosed("the worker died")
+        yield
+    finally:
+        try:
+            os.killpg(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+@dataclasses.dataclass
+class Watch:
+    """What one worker run did, seen from the lane."""
+    events: list = dataclasses.field(default_factory=list)
+    phase_s: dict = dataclasses.field(default_factory=dict)   # phases key -> seconds (lane's handoffs excluded)
+    handoff_s: float = 0.0
+    timeout: tuple[float, str] | None = None                  # (limit, message)
+    broken: str = ""                                          # a protocol violation
+
+
+class Lane:
+    def __init__(self, channel: Channel, pool: WorkerPool, info: dict[str, Any], work_dir: Path):
+        from .judge import Judge
+        self.channel, self.pool, self.info, self.work_dir = channel, pool, info, work_dir
+        self.device = info["device"]
+        self.env = collect(self.device)
+        self.env["lane"] = {"gpu": os.environ.get("KB_LANE_GPU", ""), "index": int(os.environ.get("KB_LANE_INDEX", 0))}
+        self.judge = Judge(self.device, self.cache_bytes(0.3))
+        self.refs: dict[tuple, dict[str, Any]] = {}
+
+    def cache_bytes(self, fraction: float) -> int:
+        """`fraction` of the device's memory (of the host's on the CPU)."""
+        if self.device == "cuda":
+            return int(fraction * self.info.get("memory_bytes", 0))
+        return int(fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+    # -- the reference's timings, once per problem ------------------------------------------------
+    def references(self, problem, job: dict[str, Any], gpu: dict[str, Any]) -> tuple[dict, float, dict]:
+        """({"reference": stats, "reference_fp32": stats}, GPU seconds spent measuring them now (0 when
+        reused), the entry: its `io_bytes` and `out_bytes` at the benchmark shape)."""
+        t = job["config"]["timing"]
+        key = (problem.sha256, json.dumps(t, sort_keys=True), json.dumps(job["seeds"]["timing"]), job["seeds"]["init"])
+        entry = self.refs.get(key)
+        now, temp = time.monotonic(), gpu.get("temperature_c")
+        fresh = (entry is not None and now - entry["at"] <= t["reference_max_age_s"]
+                 and (temp is None or entry["temp"] is None or abs(temp - entry["temp"]) <= t["reference_max_temp_delta_c"]))
+        if not fresh:
+            self.pool.freeze()
+            try:
+                entry = self._measure_reference(problem, job, temp)
+            finally:
+                self.pool.thaw()
+            self.refs[key] = entry
+        stats = {role: {**s, "measured_at": entry["iso"], "age_s": round(now - entry["at"], 1), "reused": fresh}
+                 for role, s in entry["stats"].items()}
+        return stats, 0.0 if fresh else entry["gpu_s"], entry
+
+    def _measure_reference(self, problem, job: dict[str, Any], temp: float | None) -> dict[str, Any]:
+        import torch
+
+        from .pipeline import now
+        from .timing import InputPool, make_timer, rule_of, sample, stats_of
+        t = job["config"]["timing"]
+        model = problem.reference({}, job["seeds"]["init"])["model"]
+        pool = InputPool([problem.inputs({}, seed) for seed in job["seeds"]["timing"]])
+        gpu_s, stats = 0.0, {}
+        modes = [("reference", True)] + ([("reference_fp32", False)] if self.device == "cuda" else [])
+        with torch.no_grad():
+            for role, tf32 in modes:
+                saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+                if not tf32:  # the strict-fp32 baseline: TF32 disabled everywhere
+                    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+                try:
+                    timer, warmup_ms = make_timer(self.device, t["flush_l2"]), []
+                    samples = sample(lambda: model(*pool.live), timer, rule_of(t), t["warmup"],
+                                     before=pool.refresh, warmup_ms=warmup_ms)
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+                stats[role] = stats_of(samples, timer)
+                gpu_s += (sum(samples) + sum(warmup_ms)) / 1e3
+            out = model(*pool.live)
+        if "reference_fp32" not in stats:
+            stats["reference_fp32"] = stats["reference"]
+        io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
+        out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
+        del pool, out
+        self.judge.release()
+        return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "gpu_s": gpu_s,
+                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes}
+
+    # -- supervising a worker -----------------------------------------------------------------------
+    def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
+              max_payload: int = 1 << 30) -> Watch:
+        """Send the request to the worker and follow it until it ends or is killed."""
+        w = Watch()
+        spare.channel.send({"op": "run", "request": request})
+        phase, phase_start, other_used = "start", time.monotonic(), 0.0
+        call: tuple[float, float, dict] | None = None   # (started, limit, the call event)
+        while True:
+            now = time.monotonic()
+            in_phase = now - phase_start
+            left = (limits["build_s"] - in_phase if phase == "build" else limits["run_s"] - other_used - in_phase)
+            call_left = call[1] - (now - call[0]) if call else float("inf")
+            if left <= 0:
+                which = "timeouts.build_s" if phase == "build" else "timeouts.run_s"
+                limit = limits["build_s"] if phase == "build" else limits["run_s"]
+                w.timeout = (limit, f"timed out in phase '{phase}': no result after {limit:g} s ({which}); "
+                                    f"the worker was killed")
+                break
+            if call_left <= 0:
+                c = call[2]
+                what = c.get("what")
+                where = ", ".join(f"{k} {c[k]}" for k in ("shape", "trial") if k in c)
+                w.timeout = (call[1], f"timed out: call {c.get('n')} ({what}{', ' + where if where else ''}) in phase "
+                                      f"'{phase}' did not return within {call[1]:g} s ({limits['call_rule']}); "
+                                      f"the worker was killed")
+                break
+            try:
+                got = spare.channel.recv(timeout=max(0.0, min(left, call_left, 0.5)), max_payload=max_payload)
+            except ChannelClosed:
+                break
+            except ProtocolError as exc:
+                w.broken = f"the worker broke the channel's protocol ({exc})"
+                break
+            self.pool.tick()
+            if got is None:
+                continue
+            message, payload = got
+            event = message.get("event")
+            if event in ("ready", "primed"):
+                continue
+            now = time.monotonic()
+            call = None
+            if event == "phase":
+                if message.get("phase") == "timing":
+                    self.pool.freeze()
+                elif phase == "timing":
+                    self.pool.thaw()
+                key = _PHASE_KEYS.get(phase, "startup_s")
+                w.phase_s[key] = w.phase_s.get(key, 0.0) + now - phase_start
+                if phase != "build":
+                    other_used += now - phase_start
+                phase, phase_start = message.get("phase", phase), now
+                w.events.append(message)
+            elif event == "call":
+                first = message.get("what") in FIRST_CALLS or (message.get("what") == "trial" and message.get("trial") == 0)
+                call = (now, limits["first_call_s"] if first else limits["call_s"], message)
+            elif event in ("output", "state") and judgement is not None:
+                try:
+                    self.take(spare, message, payload, judgement)
+                except ChannelClosed:
+                    break
+                spent = time.monotonic() - now
+                w.handoff_s += spent
+                phase_start += spent  # the lane's time is not the worker's
+            else:
+                w.events.append(message)
+        self.pool.thaw()
+        key = _PHASE_KEYS.get(phase, "startup_s")
+        w.phase_s[key] = w.phase_s.get(key, 0.0) + time.monotonic() - phase_start
+        w.events.append({"event": "_phase", "phase": phase})
+        return w
+
+    def take(self, spare: Spare, message: dict[str, Any], payload: bytes, judgement) -> None:
+        with stopped(spare.pid):
+            if message["event"] == "output":
+                taken = judgement.take_output(message, payload, self.device)
+            else:
+                judgement.take_state(message, payload, self.device)
+                taken = None
+        if taken is not None:
+            judgement.judge_output(taken)
+            del taken
+        self.judge.release()
+        spare.channel.send({"op": "ack"})
+
+    def finish(self, spare: Spare, w: Watch, started: float) -> Outcome:
+        """End the worker (killed on a timeout or a broken protocol, else waited for)."""
+        if w.timeout or w.broken:
+            kill(spare)
+        else:
+            try:
+                spare.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a worker that does not exit after reporting is killed
+                kill(spare)
+        spare.channel.close()
+        rc = spare.proc.returncode
+        sig = signal.Signals(-rc).name if rc is not None and rc < 0 and not w.timeout else None
+        phase = w.events[-1]["phase"] if w.events and w.events[-1].get("event") == "_phase" else "start"
+        events = [e for e in w.events if e.get("event") != "_phase"]
+        if w.broken:
+            events.append({"event": "error", "status": Status.CRASHED.value, "message": w.broken, "phase": phase})
+        return Outcome(returncode=rc, signal_name=sig, timed_out=w.timeout is not None, phase=phase, events=events,
+                       log_tail=tail(spare.log_path), wall_s=time.monotonic() - started,
+                       limit_s=w.timeout[0] if w.timeout else None, started=started,
+                       timeout_message=w.timeout[1] if w.timeout else "")
+
+    # -- one pair ----------------------------------------------------------------------------------
+    def run_pair(self, job: dict[str, Any]) -> dict[str, Any]:
+        from .pair import evaluate_pair
+        self.pool.size = self.pool.base_size if job.get("more", True) else 0  # no spare for nothing
+        return evaluate_pair(self, job).to_dict()
+
+
+_PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "build": "build_s", "load": "load_s",
+               "construct": "construct_s", "correctness": "correctness_s", "timing": "timing_s",
+               "profile": "profile_s"}
+
+
+def validate(message: dict[str, Any]) -> list[str] | None:
+    """[where, what] of the first defect of the run's problem files, or None."""
+    from .errors import BadInput
+    from .problems import problem_from_path, validate as check
+    for item in message["problems"]:
+        try:
+            check(problem_from_path(Path(item["path"])), item["extra"], message["where"])
+        except BadInput as exc:
+            return [exc.where, exc.problem]
+    return None
+
+
+def main(argv: list[str]) -> None:
+    die_with_parent()
+    channel = Channel.from_fd(int(argv[1]))
+    work_dir = Path(os.environ["KB_LANE_DIR"])
+    requested = os.environ.get("KB_LANE_DEVICE", "auto")
+    gpu = os.environ.get("KB_LANE_GPU", "")
+    spare_env = {"CUDA_VISIBLE_DEVICES": gpu} if requested != "cpu" else {"CUDA_VISIBLE_DEVICES": ""}
+    # spares start importing now, while this process does too
+    pool = WorkerPool(work_dir / "workers", spare_env, size=3 if requested != "cpu" else 1, device="unknown")
+    try:
+        info = probe(requested)
+        pool.device = info["device"]
+        pool.size = pool.base_size = 3 if info["device"] == "cuda" else 1
+        if info["device"] == "cuda":
+            import torch
+            torch.cuda.set_device(0)
+        channel.send({"op": "hello", **info})
+        lane = Lane(channel, pool, info, work_dir)
+        while True:
+            got = channel.recv(timeout=0.2)
+            pool.tick()
+            if got is None:
+                continue
+            message = got[0]
+            if message.get("op") == "pair":
+                channel.send({"op": "result", "result": lane.run_pair(message["job"])})
+            elif message.get("op") == "validate":
+                channel.send({"op": "validated", "error": validate(message)})
+            elif message.get("op") == "stop":
+                break
+    except ChannelClosed:
+        pass
+    except BaseException:  # noqa: BLE001 - the runner learns of it from the lane's exit
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        pool.close()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,128 @@
+"""One pair inside a lane (harness/lane.py): the reference's timings, one worker run supervised
+and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (harness/pipeline.py).
+Where the pair's time went is recorded in its phases."""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .blame import blame
+from .env import gpu_now
+from .isolation import Outcome
+from .pool import kill
+from .pipeline import assemble, build_info, failure, limit_hint, timing_of, verdict
+from .results import EvalResult, Status
+
+
+def _request(job: dict[str, Any], mode: str, hint_bytes: int = 0) -> dict[str, Any]:
+    cfg = job["config"]
+    return {"mode": mode, "problem_path": job["problem_path"], "solution_path": job["solution_path"],
+            "device": job["device"], "arch": job["arch"], "cache_dir": job["cache_dir"], "seeds": job["seeds"],
+            "timing": cfg["timing"], "checks": cfg["checks"], "hint_bytes": hint_bytes, "env": job["worker_env"]}
+
+
+def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
+    t = cfg["timeouts"]
+    call_s = max(t["call_s"], t["call_factor"] * reference_ms / 1e3)
+    return {"run_s": t["run_s"], "build_s": t["build_s"], "call_s": call_s,
+            "first_call_s": max(call_s, t["first_call_s"]),
+            "call_rule": f"max(timeouts.call_s={t['call_s']:g} s, timeouts.call_factor={t['call_factor']:g} x the "
+                         f"reference's {reference_ms:.3g} ms; the first call of a model at least "
+                         f"timeouts.first_call_s={t['first_call_s']:g} s)"}
+
+
+def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
+    start = time.monotonic()
+    cfg = job["config"]
+    phases: dict[str, float] = {"build_s": job["build_s"]} if job["build_s"] else {}
+    spent = {"gpu_s": 0.0}
+    gpu = gpu_now() if lane.device == "cuda" else {}
+    env = {**lane.env, **job["env"]}
+    if gpu:
+        env["gpu"] = {**env.get("gpu", {}), **gpu}
+    lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
+
+    def result(status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
+        return assemble(job, status, message, detail, phase, phases=phases, gpu_s=spent["gpu_s"],
+                        own_s=job["build_s"] + time.monotonic() - start, env=env, **fields)
+
+    try:
+        problem = lane.judge.problem(Path(job["problem_path"]), job["problem"]["sha256"])
+        t0 = time.monotonic()
+        refs, ref_gpu_s, entry = lane.references(problem, job, gpu)
+        if not refs["reference"]["reused"]:
+            phases["reference_s"] = time.monotonic() - t0
+            spent["gpu_s"] += ref_gpu_s
+    except Exception as exc:  # noqa: BLE001 - the reference's failure is not the solution's
+        found = blame(exc, Path(job["problem_path"]))
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return result(Status.HARNESS_ERROR, f"the reference could not be run and timed (not the solution's fault): "
+                                            f"{first} at {found.where or 'an unknown place'}",
+                      "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "reference")
+    limits = _limits(cfg, refs["reference"]["median_ms"])
+    max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
+    tolerances = {"fp32": cfg["correctness"]["fp32"], "tf32": cfg["correctness"]["tf32"]}
+
+    for attempt in (1, 2):
+        judgement = lane.judge.begin(problem, job["seeds"], tolerances)
+        spare = lane.pool.take()
+        started = time.monotonic()
+        try:
+            w = lane.watch(spare, _request(job, "eval", entry.get("out_bytes", 0)), limits, judgement, max_payload)
+        except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
+            kill(spare)
+            return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
+                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
+        outcome = lane.finish(spare, w, started)
+        failed = failure(outcome, limit_hint(outcome))
+        if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
+            lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without
+            lane.judge.release()
+            phases["oom_retry_s"] = time.monotonic() - started
+            continue
+        break
+    for key, seconds in w.phase_s.items():
+        phases[key] = phases.get(key, 0.0) + seconds
+    phases["truth_s"] = judgement.truth_s
+    phases["judge_s"] = max(0.0, w.handoff_s - judgement.truth_s)
+    spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))
+    build = build_info(outcome) if outcome.all("build") and not job["build"]["extensions"] else job["build"]
+    timing = timing_of(outcome.events, refs)
+    if failed and (outcome.last("error") or {}).get("cuda_error"):
+        t0 = time.monotonic()
+        failed = diagnose(lane, job, failed, limits)
+        phases["diagnose_s"] = time.monotonic() - t0
+    if failed:
+        return result(*failed, timing=timing, build=build)
+    profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k not in ("event", "t")}
+    t0 = time.monotonic()
+    status, message, phase, fields = verdict(job, judgement.report(), timing, profile)
+    phases["judge_s"] += time.monotonic() - t0
+    return result(status, message, phase=phase, build=build, **fields)
+
+
+def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -> tuple:
+    """A CUDA error is reported asynchronously, so the line that raised it is rarely the launch
+    that caused it. Re-run construction and one trial per shape in a fresh worker with
+    CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call."""
+    status, message, detail, phase = failed
+    spare = lane.pool.fresh({"CUDA_LAUNCH_BLOCKING": "1"})
+    started = time.monotonic()
+    outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose"), limits), started)
+    found = outcome.last("diagnosis")
+    if found is None:
+        note = "the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish"
+    elif not found.get("reproduced"):
+        note = "the error did not recur in a rerun with CUDA_LAUNCH_BLOCKING=1 (a race or uninitialized memory?)"
+    else:
+        call = found.get("call")
+        if call:
+            how = "raised by" if call.get("inside") else "raised after"
+            note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {how} the extension call {call['function']}(...) at {call['where']}"
+            if call.get("notes"):
+                note += "; " + "; ".join(call["notes"])
+        else:
+            note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {found.get('error')} at {found.get('where')} (no extension call was made)"
+    return status, f"{message}; {note}", f"{detail}\n\n[diagnosis]\n{outcome.log_tail}", phase

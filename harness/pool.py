@@ -1,0 +1,144 @@
+"""A lane's pool of warm interpreters: worker processes started ahead of need.
+
+Importing torch takes seconds (about 6 s on the GPU machines measured), initializing CUDA and the
+profiler's first session more. A spare (`python -m harness.worker --serve FD`) pays the imports
+as soon as it is started, and the CUDA context and profiler while it waits (the lane tells it to
+"prime"). Each pair still gets a fresh process: a spare serves one pair and exits, and is
+replaced at once. A spare runs in its own session (a kill takes its compiler children with it)
+and dies with the lane (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from . import REPO_ROOT
+from .channel import Channel, ChannelClosed, ProtocolError
+from .isolation import child_env
+
+
+@dataclass
+class Spare:
+    proc: subprocess.Popen
+    channel: Channel
+    log_path: Path
+    started: float
+    state: str = "starting"        # starting -> ready -> priming (it primes in the background); or dead
+    events: list = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class WorkerPool:
+    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, device: str):
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.env = dict(env)
+        self.size = self.base_size = size   # spares kept ready (0 once no more pairs are expected)
+        self.device = device
+        self.spares: list[Spare] = []
+        self.count = 0
+        self.frozen = False
+        self.fill()
+
+    def spawn(self, extra_env: Mapping[str, str] | None = None) -> Spare:
+        self.count += 1
+        channel, theirs = Channel.pair()
+        log_path = self.work_dir / f"worker-{self.count}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "harness.worker", "--serve", str(theirs.fileno())],
+                                    cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=child_env({**self.env, **(extra_env or {})}), start_new_session=True,
+                                    pass_fds=(theirs.fileno(),))
+        theirs.close()
+        spare = Spare(proc, channel, log_path, time.monotonic())
+        if self.frozen:
+            _signal(spare, signal.SIGSTOP)
+        return spare
+
+    def fill(self) -> None:
+        self.spares = [s for s in self.spares if s.proc.poll() is None]
+        while len(self.spares) < self.size:
+            self.spares.append(self.spawn())
+
+    def tick(self) -> None:
+        """Read what spares said (ready, primed) and prime the ready ones."""
+        for spare in self.spares:
+            try:
+                while spare.channel.readable(0):
+                    got = spare.channel.recv(timeout=5)
+                    if got is None:
+                        break
+                    event = got[0].get("event")
+                    if event == "ready" and self.device in ("cuda", "cpu"):
+                        spare.channel.send({"op": "prime", "device": self.device})
+                        spare.state = "priming"
+                    elif event == "ready":
+                        spare.state = "ready"  # primed once the lane knows its device
+                if spare.state == "ready" and self.device in ("cuda", "cpu"):
+                    spare.channel.send({"op": "prime", "device": self.device})
+                    spare.state = "priming"
+            except (ChannelClosed, ProtocolError):
+                spare.state = "dead"
+        for spare in [s for s in self.spares if s.state == "dead"]:
+            kill(spare)
+            self.spares.remove(spare)
+        self.fill()
+
+    def take(self) -> Spare:
+        """The oldest spare (it may still be importing: its "run" then waits in the channel)."""
+        self.tick()
+        spare = self.spares.pop(0) if self.spares else self.spawn()
+        _signal(spare, signal.SIGCONT)
+        self.fill()
+        return spare
+
+    def freeze(self) -> None:
+        """Stop every spare (SIGSTOP) while something is timed: their imports, CUDA contexts and
+        profiler start-up take CPU time and driver work that would show in the measurement."""
+        self.frozen = True
+        for spare in self.spares:
+            _signal(spare, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.frozen = False
+        for spare in self.spares:
+            _signal(spare, signal.SIGCONT)
+
+    def fresh(self, extra_env: Mapping[str, str]) -> Spare:
+        """A worker outside the pool, never primed, with `extra_env` set before it starts (e.g.
+        CUDA_LAUNCH_BLOCKING=1, which CUDA reads when it is initialized)."""
+        return self.spawn(extra_env)
+
+    def close(self) -> None:
+        for spare in self.spares:
+            kill(spare)
+        self.spares = []
+
+
+def _signal(spare: Spare, sig: int) -> None:
+    try:
+        os.killpg(spare.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill(spare: Spare) -> None:
+    try:
+        os.killpg(spare.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        spare.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        spare.proc.kill()
+        spare.proc.wait()
+    spare.channel.close()

@@ -1,0 +1,54 @@
+"""GPU lanes (skipped without CUDA): a hung kernel reported in seconds, outputs rewritten after
+forward returns caught on the device, one lane per GPU."""
+import time
+
+import pytest
+import torch
+
+from harness import problems, solutions
+from harness.config import load_config, with_overrides
+from harness.errors import BadInput
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+pytestmark = pytest.mark.gpu
+
+
+def _cfg(tmp_path, **overrides):
+    return with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                          {"device": "cuda", "results_dir": str(tmp_path), "timeouts.run_s": 600, **overrides})
+
+
+def test_a_spinning_kernel_on_81_is_a_timeout_within_a_minute_of_its_first_call(tmp_path):
+    p81 = problems.select("81")[0]
+    defaults = load_config(None).timeouts  # the default limits, not the test config's
+    cfg = _cfg(tmp_path, **{"timeouts.call_s": defaults.call_s, "timeouts.first_call_s": defaults.first_call_s})
+    (result,) = evaluate([Pair(p81, solution_from_path(FIXTURE_SOLUTIONS / "cuda_hang.py"))], cfg, run_id="hang",
+                         out=lambda line: None)
+    assert result.status is Status.TIMEOUT, result.message
+    assert "(trial, shape 0, trial 0)" in result.message and f"within {defaults.first_call_s:g} s" in result.message
+    after_first_call = result.phases["correctness_s"]
+    assert after_first_call < 60, result.phases
+
+
+@pytest.mark.parametrize("name", ["cheat_late_thread", "cheat_fix_previous"])
+def test_outputs_rewritten_after_forward_returned_fail_on_the_gpu(tmp_path, name):
+    pair = Pair(problems.problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / f"{name}.py"))
+    (result,) = evaluate([pair], _cfg(tmp_path), run_id=name, out=lambda line: None)
+    assert result.status is Status.INCORRECT, result.message
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_one_lane_per_gpu(tmp_path):
+    pairs = solutions.select_pairs(problems.select("902") + problems.select("elementwise_add"), None, True,
+                                   problems.discover())
+    pairs = [p for p in pairs if p.solution.name != "cpp_add"]  # C++ on the CPU only
+    results = evaluate(pairs, _cfg(tmp_path, gpus="all"), run_id="lanes", out=lambda line: None)
+    assert all(r.status is Status.OK for r in results), [r.message for r in results]
+    assert len({r.env["lane"]["gpu"] for r in results}) == 2  # both lanes evaluated pairs
+    with pytest.raises(BadInput, match="GPUs requested"):
+        evaluate(pairs[:1], _cfg(tmp_path, gpus=torch.cuda.device_count() + 1), run_id="too-many",
+                 out=lambda line: None)
+

@@ -1,0 +1,151 @@
+"""The lanes on the CPU: outputs taken when forward returns, a limit per call, ground truth and
+reference timings shared by a run's pairs, phase times, --gpus as bad input, kill -9 and resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.config import load_config, with_overrides
+from harness.problems import problem_from_path
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+NAMES = ["cpp_ok", "cpp_wrong", "cheat_late_thread", "cheat_fix_previous", "cpp_hang"]
+
+
+@pytest.fixture(scope="module")
+def lane_run(tmp_path_factory):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path_factory.mktemp("results")), "timeouts.run_s": 600,
+                          "timeouts.call_s": 2, "timeouts.first_call_s": 3})
+    problem = problem_from_path(ADD_PROBLEM)
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in NAMES]
+    start = time.monotonic()
+    results = evaluate(pairs, cfg, run_id="lanes", out=lambda line: None)
+    return {r.solution["name"]: r for r in results}, time.monotonic() - start
+
+
+@pytest.mark.parametrize("name", ["cheat_late_thread", "cheat_fix_previous"])
+def test_an_output_rewritten_after_forward_returned_cannot_pass(lane_run, name):
+    r = lane_run[0][name]
+    assert r.status is Status.INCORRECT, r.message
+    assert r.correctness["failed"]["kind"] == "trial"
+
+
+def test_a_hung_call_is_named_and_stopped_at_its_own_limit(lane_run):
+    by_name, run_s = lane_run
+    r = by_name["cpp_hang"]
+    assert r.status is Status.TIMEOUT
+    assert "call 2 (trial, shape 0, trial 0) in phase 'correctness' did not return within 3 s" in r.message, r.message
+    assert r.duration_s < 30 and run_s < 120
+
+
+def test_ground_truth_and_reference_timings_are_shared_by_the_run(lane_run):
+    by_name, _ = lane_run
+    judged = [by_name[n] for n in ("cpp_ok", "cpp_wrong", "cheat_late_thread", "cheat_fix_previous")]
+    assert sum(r.correctness["truth"]["reused"] for r in judged) > 0
+    reused = [r.timing["reference"]["reused"] for r in by_name.values() if "reference" in r.timing]
+    assert reused.count(False) == 1 and len(reused) == len(NAMES)
+    assert all(r.timing["reference"]["median_ms"] == judged[0].timing["reference"]["median_ms"] for r in judged)
+
+
+def test_phases_add_up(lane_run):
+    r = lane_run[0]["cpp_ok"]
+    p = r.phases
+    for key in ("startup_s", "load_s", "construct_s", "correctness_s", "timing_s", "profile_s", "judge_s", "store_s"):
+        assert key in p and p[key] >= 0, key
+    assert p["wall_s"] == pytest.approx(r.duration_s, abs=1e-3)
+    assert p["overhead_s"] == pytest.approx(p["wall_s"] - p["gpu_s"], abs=1e-3) and p["gpu_s"] > 0
+    assert p["wall_s"] >= sum(v for k, v in p.items() if k not in ("wall_s", "gpu_s", "overhead_s")) - 0.05
+
+
+def cli(*args):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("gpus, expected", [("2", "this run is on the CPU"), ("x", "expected a number of GPUs")])
+def test_gpus_beyond_the_machine_is_bad_input(tmp_path, gpus, expected):
+    rc, out, err = cli("--problem", "elementwise_add", "--device", "cpu", "--gpus", gpus,
+                       "--results-dir", str(tmp_path))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "--gpus" in lines[0] and expected in lines[0], err
+    assert not any(tmp_path.iterdir())
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state not in ("Z", "X"):
+                        found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+RUN = textwrap.dedent("""
+    import sys
+    from harness.config import load_config, with_overrides
+    from harness.problems import problem_from_path
+    from harness.runner import evaluate
+    from harness.solutions import Pair, solution_from_path
+    results_dir, resume, *paths = sys.argv[1:]
+    cfg = with_overrides(load_config({fast!r}), {{"results_dir": results_dir, "timeouts.call_s": 60,
+                                                 "timeouts.first_call_s": 60}})
+    problem = problem_from_path({problem!r})
+    pairs = [Pair(problem, solution_from_path(p)) for p in paths]
+    evaluate(pairs, cfg, run_id="killed", resume=resume == "1", out=lambda line: print(line, flush=True))
+""")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc and PR_SET_PDEATHSIG")
+def test_a_run_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path):
+    marker = f"KB_TEST_MARKER={uuid.uuid4().hex}"
+    script = RUN.format(fast=str(FIXTURES / "configs" / "fast.yaml"), problem=str(ADD_PROBLEM))
+    paths = [str(FIXTURE_SOLUTIONS / "cpp_ok.py"), str(FIXTURE_SOLUTIONS / "cpp_hang.py")]
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1], "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), "0", *paths], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, text=True)
+    done = tmp_path / "killed" / "elementwise_add__cpp_ok.json"
+    deadline = time.monotonic() + 240
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert done.exists(), "the first pair was never recorded"
+    time.sleep(2)  # cpp_hang is in its call now
+    assert _processes_with(marker.split("=")[1])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while _processes_with(marker.split("=")[1]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_with(marker.split("=")[1]), "a lane or worker outlived the killed run"
+    first = json.loads(done.read_text())
+    rerun = subprocess.run([sys.executable, "-c", script, str(tmp_path), "1", paths[0]], cwd=REPO_ROOT,
+                           env={**env, "KB_TEST_MARKER": "resumed"}, capture_output=True, text=True, timeout=300)
+    assert "1 pair(s) already recorded, 0 to run" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert json.loads(done.read_text()) == first  # not redone
+
+
+def test_a_reference_timing_older_than_its_limit_is_measured_again(tmp_path):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "timing.reference_max_age_s": 0.001})
+    problem = problem_from_path(ADD_PROBLEM)
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ("cpp_ok", "cpp_tf32")]
+    results = evaluate(pairs, cfg, run_id="stale", out=lambda line: None)
+    assert [r.timing["reference"]["reused"] for r in results] == [False, False]
+    assert all(r.timing["reference"]["measured_at"] and "reference_s" in r.phases for r in results)
