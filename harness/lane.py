@@ -288,11 +288,13 @@ def main(argv: list[str]) -> None:
     gpu = os.environ.get("KB_LANE_GPU", "")
     spare_env = {"CUDA_VISIBLE_DEVICES": gpu} if requested != "cpu" else {"CUDA_VISIBLE_DEVICES": ""}
     # spares start importing now, while this process does too
-    pool = WorkerPool(work_dir / "workers", spare_env, size=3 if requested != "cpu" else 1, device="unknown")
+    # spares kept ready: on a GPU enough to follow pairs of a few seconds each, one per three cores
+    spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
+    pool = WorkerPool(work_dir / "workers", spare_env, size=spares, device="unknown")
     try:
         info = probe(requested)
         pool.device = info["device"]
-        pool.size = pool.base_size = 3 if info["device"] == "cuda" else 1
+        pool.size = pool.base_size = spares if info["device"] == "cuda" else 1
         if info["device"] == "cuda":
             import torch
             torch.cuda.set_device(0)

@@ -50,8 +50,9 @@ def is_library_op(name: str, device: str) -> bool:
 
 
 def measure(call: Callable[[], Any], device: str, sync: Callable[[], None]) -> dict[str, Any]:
-    """Run `call` once with every operator timed; the share of the call's time in library
-    operators, the call's time (us) and the five operators that took longest."""
+    """Run `call` with every operator timed (once to warm the dispatch path, then measured); the
+    share of the call's time in library operators, the call's time (us) and the five operators
+    that took longest."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -75,7 +76,9 @@ def measure(call: Callable[[], Any], device: str, sync: Callable[[], None]) -> d
 
     begin, finish = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (0, 0)
     with Ops():  # entered first: its set-up is not the call's time
+        call()   # and one call first: the first dispatch of each operator through it is slow
         sync()
+        records.clear()
         if cuda:
             begin.record()
         wall0 = time.perf_counter()
