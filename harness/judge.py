@@ -187,7 +187,7 @@ class PairJudgement:
             truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
         except torch.OutOfMemoryError:  # the cache may hold the memory: once more without it
             self.judge.cache.clear()
-            self.judge.release()
+            self.judge.release(force=True)
             truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
         self.judge.sync()
         self.truth_s += time.monotonic() - start
@@ -273,7 +273,11 @@ class Judge:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def release(self) -> None:
-        """Hand memory this lane holds but does not use back to the driver (so the worker has it)."""
+    def release(self, force: bool = False) -> None:
+        """Hand memory this lane holds but does not use back to the driver, so the worker has it:
+        always when `force`, else once less than a quarter of the device's memory is free
+        (releasing and allocating gigabytes again on every output costs more than it saves)."""
         if self.device == "cuda":
-            torch.cuda.empty_cache()
+            free, total = torch.cuda.mem_get_info()
+            if force or free < 0.25 * total:
+                torch.cuda.empty_cache()

@@ -145,7 +145,7 @@ class Lane:
         io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
         del pool, out
-        self.judge.release()
+        self.judge.release(force=True)
         return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "gpu_s": gpu_s,
                 "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes}
 
@@ -260,7 +260,10 @@ class Lane:
     def run_pair(self, job: dict[str, Any]) -> dict[str, Any]:
         from .pair import evaluate_pair
         self.pool.size = self.pool.base_size if job.get("more", True) else 0  # no spare for nothing
-        return evaluate_pair(self, job).to_dict()
+        try:
+            return evaluate_pair(self, job).to_dict()
+        finally:
+            self.judge.release(force=True)
 
 
 _PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "build": "build_s", "load": "load_s",

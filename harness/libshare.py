@@ -5,8 +5,8 @@ attention and FFTs through PyTorch (cuDNN, cuBLAS, CUTLASS behind them), the evi
 Every PyTorch operator the call dispatches, from Python or from an extension's C++, passes a
 dispatch mode that times it: on CUDA with events on the stream it runs on, on the CPU with the
 host clock. The call itself is timed as the timer does (CUDA: the whole device synchronized before
-the end event). No profiler is started: CUDA's profiling interface (CUPTI), once initialized,
-stays in the process and slows every kernel launch on the GPU by about 30%, from any process
+the end event), from when its first kernel can start. No profiler is started: CUDA's profiling
+interface (CUPTI), once initialized, stays in the process and slows every kernel launch on the GPU by about 30%, from any process
 (measured on an H200; see docs/harness-perf.md), and its first session costs about 5 s.
 
 What it cannot see: library routines an extension calls directly (cublasSgemm on raw pointers),
@@ -80,6 +80,9 @@ def measure(call: Callable[[], Any], device: str, sync: Callable[[], None]) -> d
         sync()
         records.clear()
         if cuda:
+            # the device sleeps a little first, so the begin event is taken once the call's first
+            # kernels are queued: the host's work before its first launch is not the call's time
+            torch.cuda._sleep(2_000_000)
             begin.record()
         wall0 = time.perf_counter()
         call()

@@ -79,7 +79,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         failed = failure(outcome, limit_hint(outcome))
         if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
             lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without
-            lane.judge.release()
+            lane.judge.release(force=True)
             phases["oom_retry_s"] = time.monotonic() - started
             continue
         break

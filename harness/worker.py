@@ -171,7 +171,7 @@ class Worker:
         """Hand the output and the inputs as they are after the call to the lane (which stops this
         process while it copies them), and wait until it has."""
         self.sync()
-        if self.device == "cuda":
+        if self.device == "cuda" and torch.cuda.mem_get_info()[0] < 0.25 * torch.cuda.mem_get_info()[1]:
             torch.cuda.empty_cache()  # the poisoned blocks left over go back: the lane needs room to judge
         if isinstance(out, torch.Tensor):
             self.hint_bytes = max(self.hint_bytes, out.numel() * out.element_size())
