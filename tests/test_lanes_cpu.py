@@ -149,3 +149,15 @@ def test_a_reference_timing_older_than_its_limit_is_measured_again(tmp_path):
     results = evaluate(pairs, cfg, run_id="stale", out=lambda line: None)
     assert [r.timing["reference"]["reused"] for r in results] == [False, False]
     assert all(r.timing["reference"]["measured_at"] and "reference_s" in r.phases for r in results)
+
+
+def test_a_solution_that_kills_its_lane_loses_no_other_pair(tmp_path):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
+    problem = problem_from_path(ADD_PROBLEM)
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ("kill_lane", "cpp_ok")]
+    lines = []
+    results = {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="killer", out=lines.append)}
+    assert results["cpp_ok"].status is Status.OK
+    killer = results["kill_lane"]
+    assert killer.status is Status.HARNESS_ERROR and "died twice" in killer.message, killer.message
+    assert sum(line.startswith("warning: lane 0 died") for line in lines) == 2  # retried once on a new lane
