@@ -188,7 +188,7 @@ class Lane:
                 continue
             message, payload = got
             event = message.get("event")
-            if event in ("ready", "primed"):
+            if event == "ready":
                 continue
             now = time.monotonic()
             call = None
@@ -293,10 +293,9 @@ def main(argv: list[str]) -> None:
     # spares start importing now, while this process does too
     # spares kept ready: on a GPU enough to follow pairs of a few seconds each, one per three cores
     spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
-    pool = WorkerPool(work_dir / "workers", spare_env, size=spares, device="unknown")
+    pool = WorkerPool(work_dir / "workers", spare_env, size=spares)
     try:
         info = probe(requested)
-        pool.device = info["device"]
         pool.size = pool.base_size = spares if info["device"] == "cuda" else 1
         if info["device"] == "cuda":
             import torch

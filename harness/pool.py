@@ -1,10 +1,9 @@
 """A lane's pool of warm interpreters: worker processes started ahead of need.
 
-Importing torch takes seconds (about 6 s on the GPU machines measured), initializing CUDA and the
-profiler's first session more. A spare (`python -m harness.worker --serve FD`) pays the imports
-as soon as it is started, and the CUDA context and profiler while it waits (the lane tells it to
-"prime"). Each pair still gets a fresh process: a spare serves one pair and exits, and is
-replaced at once. A spare runs in its own session (a kill takes its compiler children with it)
+Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
+(`python -m harness.worker --serve FD`) pays that, and the rest of its host-side start-up
+(worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
+pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once. A spare runs in its own session (a kill takes its compiler children with it)
 and dies with the lane (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
@@ -29,7 +28,7 @@ class Spare:
     channel: Channel
     log_path: Path
     started: float
-    state: str = "starting"        # starting -> ready -> priming (it primes in the background); or dead
+    state: str = "starting"        # starting -> ready (imported and primed); or dead
     events: list = field(default_factory=list)
 
     @property
@@ -38,12 +37,11 @@ class Spare:
 
 
 class WorkerPool:
-    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, device: str):
+    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int):
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env)
         self.size = self.base_size = size   # spares kept ready (0 once no more pairs are expected)
-        self.device = device
         self.spares: list[Spare] = []
         self.count = 0
         self.frozen = False
@@ -70,22 +68,13 @@ class WorkerPool:
             self.spares.append(self.spawn())
 
     def tick(self) -> None:
-        """Read what spares said (ready, primed) and prime the ready ones."""
+        """Note which spares said they are ready; replace those that died."""
         for spare in self.spares:
             try:
                 while spare.channel.readable(0):
                     got = spare.channel.recv(timeout=5)
-                    if got is None:
-                        break
-                    event = got[0].get("event")
-                    if event == "ready" and self.device in ("cuda", "cpu"):
-                        spare.channel.send({"op": "prime", "device": self.device})
-                        spare.state = "priming"
-                    elif event == "ready":
-                        spare.state = "ready"  # primed once the lane knows its device
-                if spare.state == "ready" and self.device in ("cuda", "cpu"):
-                    spare.channel.send({"op": "prime", "device": self.device})
-                    spare.state = "priming"
+                    if got is not None and got[0].get("event") == "ready":
+                        spare.state = "ready"
             except (ChannelClosed, ProtocolError):
                 spare.state = "dead"
         for spare in [s for s in self.spares if s.state == "dead"]:
@@ -114,7 +103,7 @@ class WorkerPool:
             _signal(spare, signal.SIGCONT)
 
     def fresh(self, extra_env: Mapping[str, str]) -> Spare:
-        """A worker outside the pool, never primed, with `extra_env` set before it starts (e.g.
+        """A worker outside the pool, with `extra_env` set before it starts (e.g.
         CUDA_LAUNCH_BLOCKING=1, which CUDA reads when it is initialized)."""
         return self.spawn(extra_env)
 

@@ -3,9 +3,8 @@
     python -m harness.worker REQUEST.json   modes build and compile (harness/isolation.py): import
                                             the solution, which builds its extension; events go to a file
     python -m harness.worker --serve FD     a warm spare of a lane's pool (harness/pool.py): torch and the
-                                            harness are imported before there is work; on the channel FD it
-                                            may be told to "prime" (initialize CUDA and the profiler while
-                                            idle), then gets one "run" (modes eval and diagnose)
+                                            harness are imported and primed before there is work; on the
+                                            channel FD it gets one "run" (modes eval and diagnose)
 
 mode "eval": import the solution, construct it with the matched seed for each shape, run the
 correctness trials and the timing, the profiled call. Each checked output, the inputs after the
@@ -268,7 +267,6 @@ class Worker:
         for key, value in originals.items():
             setattr(problem, key, value)
 
-        PRIMING.wait()
         self.set_phase("timing")
         with torch.no_grad():
             solution = functools.partial(for_solution, benchmark_model)
@@ -297,66 +295,28 @@ class Worker:
                 pass
 
 
-class Priming:
-    """The one-time cost of a pair's process, the CUDA context, paid in a background thread while
-    the spare waits, or, when a pair arrives first, while the pair loads. No kernel is launched.
-    `wait()` before timing: nothing of it may overlap a timed call."""
-
-    def __init__(self):
-        import threading
-        self.thread: Any = None
-        self.threading = threading
-        self.seconds = 0.0
-
-    def start(self, device: str) -> None:
-        if self.thread is None:
-            def run() -> None:
-                start = time.monotonic()
-                try:
-                    prime(device)
-                finally:
-                    self.seconds = time.monotonic() - start
-            self.thread = self.threading.Thread(target=run, name="kb-prime", daemon=True)
-            self.thread.start()
-
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-
-
-PRIMING = Priming()
-
-
-def prime(device: str) -> None:
-    """The CUDA context (see Priming), and the dispatch mode's first use (libshare; its first
-    entry costs most of a second). No profiler: CUPTI, once started, slows every launch on the
-    GPU (harness/libshare.py)."""
-    measure_library_share(lambda: torch.ones(2) * 2, "cpu", lambda: None)  # host only: no kernel
-    if device == "cuda":
-        torch.cuda.set_device(0)
-        torch.empty(1, device="cuda")
+def prime() -> None:
+    """What a spare pays while it waits, so that no pair waits for it: the imports a pair needs and
+    the dispatch mode's first use (libshare; its first entry costs most of a second). Host work
+    only: a spare creates no CUDA context while it waits (other lanes' and this lane's pairs are
+    timed meanwhile; an idle context stopped in the middle of its creation is no quiet neighbour),
+    and starts no profiler (CUPTI, once started, slows every launch on the GPU: libshare)."""
+    import torch.utils._python_dispatch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+    measure_library_share(lambda: torch.ones(2) * 2, "cpu", lambda: None)
 
 
 def serve(fd: int) -> None:
-    """A spare of a lane's pool: wait for "prime" (any number) and then one "run"."""
+    """A spare of a lane's pool: prime, say "ready", then serve one "run"."""
     channel = Channel.from_fd(fd)
-    import torch.utils._python_dispatch  # noqa: F401 - imported while idle, not while a pair waits
-    import torch.utils.cpp_extension  # noqa: F401
+    prime()
     channel.send({"event": "ready", "t": time.monotonic(), "pid": os.getpid()})
-    while True:
-        got = channel.recv()
-        message = got[0] if got else {}
-        if message.get("op") == "prime":
-            PRIMING.start(message.get("device", "cpu"))
-        elif message.get("op") == "run":
-            request = message["request"]
-            os.environ.update(request.get("env", {}))
-            if not request.get("env", {}).get("CUDA_LAUNCH_BLOCKING"):  # a diagnosis: no CUDA before the env is set
-                PRIMING.start(request["device"])
-            Worker(request, ChannelSink(channel)).main()
-            return
-        else:
-            return
+    got = channel.recv()
+    message = got[0] if got else {}
+    if message.get("op") == "run":
+        request = message["request"]
+        os.environ.update(request.get("env", {}))  # before CUDA starts (CUDA_LAUNCH_BLOCKING for a diagnosis)
+        Worker(request, ChannelSink(channel)).main()
 
 
 def main(argv: list[str]) -> None:
