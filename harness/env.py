@@ -51,8 +51,9 @@ def nvidia_smi() -> dict[str, Any]:
 
 
 def gpu_now() -> dict[str, Any]:
-    """The GPU's temperature and clocks now (the first visible GPU), {} where unknown."""
-    fields = "temperature.gpu,clocks.sm,clocks.mem"
+    """The GPU's temperature and clocks now (the first visible GPU), {} where unknown. The
+    application clock is the one it runs kernels at (it moves only when someone sets it)."""
+    fields = "temperature.gpu,clocks.sm,clocks.mem,clocks.applications.graphics"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
                + ([f"--id={visible}"] if visible else []), timeout=5.0)
@@ -60,7 +61,7 @@ def gpu_now() -> dict[str, Any]:
         return {}
     values = [v.strip() for v in out.splitlines()[0].split(",")]
     result: dict[str, Any] = {}
-    for name, value in zip(["temperature_c", "sm_clock_mhz", "mem_clock_mhz"], values):
+    for name, value in zip(["temperature_c", "sm_clock_mhz", "mem_clock_mhz", "app_sm_clock_mhz"], values):
         try:
             result[name] = float(value)
         except ValueError:

@@ -6,8 +6,8 @@ code.
 
 It keeps what the pairs of a problem share: the problem file and its reference models, the
 reference's timings (measured here, on this device, in this run; again when older than
-timing.reference_max_age_s or when the GPU's temperature moved more than
-timing.reference_max_temp_delta_c), and the float64 ground truth of each (problem, shape, seed)
+timing.reference_max_age_s, when the GPU's temperature moved more than
+timing.reference_max_temp_delta_c or its application clock changed), and the float64 ground truth of each (problem, shape, seed)
 while it fits (correctness.truth_cache_fraction of the device's memory).
 
 For each pair it takes a fresh worker from its pool of warm interpreters (harness/pool.py),
@@ -104,11 +104,12 @@ class Lane:
         entry = self.refs.get(key)
         now, temp = time.monotonic(), gpu.get("temperature_c")
         fresh = (entry is not None and now - entry["at"] <= t["reference_max_age_s"]
-                 and (temp is None or entry["temp"] is None or abs(temp - entry["temp"]) <= t["reference_max_temp_delta_c"]))
+                 and (temp is None or entry["temp"] is None or abs(temp - entry["temp"]) <= t["reference_max_temp_delta_c"])
+                 and entry["clock"] == gpu.get("app_sm_clock_mhz"))
         if not fresh:
             self.pool.freeze()
             try:
-                entry = self._measure_reference(problem, job, temp)
+                entry = self._measure_reference(problem, job, temp, gpu.get("app_sm_clock_mhz"))
             finally:
                 self.pool.thaw()
             self.refs[key] = entry
@@ -116,7 +117,8 @@ class Lane:
                  for role, s in entry["stats"].items()}
         return stats, 0.0 if fresh else entry["gpu_s"], entry
 
-    def _measure_reference(self, problem, job: dict[str, Any], temp: float | None) -> dict[str, Any]:
+    def _measure_reference(self, problem, job: dict[str, Any], temp: float | None,
+                           clock: float | None) -> dict[str, Any]:
         import torch
 
         from .pipeline import now
@@ -146,7 +148,7 @@ class Lane:
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
         del pool, out
         self.judge.release(force=True)
-        return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "gpu_s": gpu_s,
+        return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "clock": clock, "gpu_s": gpu_s,
                 "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes}
 
     # -- supervising a worker -----------------------------------------------------------------------

@@ -6,8 +6,9 @@ Every PyTorch operator the call dispatches, from Python or from an extension's C
 dispatch mode that times it: on CUDA with events on the stream it runs on, on the CPU with the
 host clock. The call itself is timed as the timer does (CUDA: the whole device synchronized before
 the end event), from when its first kernel can start. No profiler is started: CUDA's profiling
-interface (CUPTI), once initialized, stays in the process and slows every kernel launch on the GPU by about 30%, from any process
-(measured on an H200; see docs/harness-perf.md), and its first session costs about 5 s.
+interface (CUPTI), once initialized, stays in the process and slows every kernel launch on the
+GPU by about 30%, from any process (measured on an H200; see docs/harness-perf.md), and its
+first session costs about 5 s.
 
 What it cannot see: library routines an extension calls directly (cublasSgemm on raw pointers),
 not through a PyTorch operator.

@@ -48,7 +48,12 @@ def test_one_lane_per_gpu(tmp_path):
     results = evaluate(pairs, _cfg(tmp_path, gpus="all"), run_id="lanes", out=lambda line: None)
     assert all(r.status is Status.OK for r in results), [r.message for r in results]
     assert len({r.env["lane"]["gpu"] for r in results}) == 2  # both lanes evaluated pairs
-    with pytest.raises(BadInput, match="GPUs requested"):
-        evaluate(pairs[:1], _cfg(tmp_path, gpus=torch.cuda.device_count() + 1), run_id="too-many",
+
+
+def test_more_gpus_than_the_host_has_is_bad_input_and_records_nothing(tmp_path):
+    pair = Pair(problems.problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py"))
+    with pytest.raises(BadInput, match=f"{torch.cuda.device_count() + 1} GPUs requested"):
+        evaluate([pair], _cfg(tmp_path / "r", gpus=torch.cuda.device_count() + 1), run_id="too-many",
                  out=lambda line: None)
+    assert not (tmp_path / "r").exists()
 

@@ -6,6 +6,8 @@ overhead (the pair's wall time minus that GPU time). The results are recorded li
     python tools/bench_harness.py                        # the fixed set (below), default config
     python tools/bench_harness.py --pairs 81:fast 57:fast --set correctness.trials=2
     python tools/bench_harness.py --device cpu           # the CPU set (elementwise_add / cpp_add)
+    python tools/bench_harness.py --startup              # a warm CPU run of elementwise_add / cpp_add
+                                                         # against a bare `python -c "import torch"`
 
 Each pair is PROBLEM:SOLUTION, PROBLEM as --problem takes it (number, id, family/prefix).
 """
@@ -37,6 +39,32 @@ def resolve(spec: str) -> list:
     return solutions.select_pairs(problems.select(problem_spec), solution, True, problems.discover())
 
 
+def startup(runs: int, results_dir: str) -> int:
+    """A warm `run_eval.py --problem elementwise_add --solution cpp_add --device cpu` against a bare
+    `python -c "import torch"`, alternately, in this one script: medians and their ratio."""
+    import statistics
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    commands = {"import torch": [sys.executable, "-c", "import torch"],
+                "cpp_add on the CPU": [sys.executable, str(root / "run_eval.py"), "--problem", "elementwise_add",
+                                       "--solution", "cpp_add", "--device", "cpu", "--results-dir", results_dir]}
+    subprocess.run(commands["cpp_add on the CPU"], capture_output=True, cwd=root)  # builds, writes the manifest
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, command in commands.items():
+            start = time.monotonic()
+            done = subprocess.run(command, capture_output=True, cwd=root)
+            times[name].append(time.monotonic() - start)
+            if done.returncode != 0:
+                print(f"error: {name} exited with {done.returncode}", file=sys.stderr)
+                return 1
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    for name, t in times.items():
+        print(f"{name}: median {medians[name]:.2f} s over {runs} runs ({', '.join(f'{x:.2f}' for x in t)})")
+    print(f"ratio: {medians['cpp_add on the CPU'] / medians['import torch']:.2f}x")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pairs", nargs="+", help="PROBLEM:SOLUTION ... (default: the fixed set for the device)")
@@ -46,7 +74,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
     p.add_argument("--format", choices=["text", "md", "csv"], default="md")
+    p.add_argument("--startup", type=int, nargs="?", const=5, metavar="RUNS",
+                   help="instead: time a warm CPU run of elementwise_add/cpp_add against `import torch`")
     args = p.parse_args(argv)
+    if args.startup:
+        return startup(args.startup, args.results_dir)
     try:
         cfg = load_config(args.config)
         overrides = dict(parse_override(s) for s in args.set)
