@@ -7,8 +7,9 @@ code.
 It keeps what the pairs of a problem share: the problem file and its reference models, the
 reference's timings (measured here, on this device, in this run; again when older than
 timing.reference_max_age_s, when the GPU's temperature moved more than
-timing.reference_max_temp_delta_c or its application clock changed), and the float64 ground truth of each (problem, shape, seed)
-while it fits (correctness.truth_cache_fraction of the device's memory).
+timing.reference_max_temp_delta_c or its application clock changed), and the float64 ground
+truth of each (problem, shape, seed) while it fits (correctness.truth_cache_fraction of the
+device's memory).
 
 For each pair it takes a fresh worker from its pool of warm interpreters (harness/pool.py),
 sends the pair, and supervises it: the phase limits, and a limit per call from the reference's

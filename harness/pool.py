@@ -3,8 +3,9 @@
 Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
 (`python -m harness.worker --serve FD`) pays that, and the rest of its host-side start-up
 (worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
-pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once. A spare runs in its own session (a kill takes its compiler children with it)
-and dies with the lane (PR_SET_PDEATHSIG).
+pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
+A spare runs in its own session (a kill takes its compiler children with it) and dies with the
+lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ READABLE_VERSIONS = (2, 3)
 # its timed, warm-up and checked calls (the solution's and, where this pair measured it, the
 # reference's); `overhead_s` = wall_s - gpu_s. Phases a pair did not go through are absent.
 PHASES = ("build_s", "startup_s", "reference_s", "load_s", "construct_s", "correctness_s", "timing_s",
-          "profile_s", "diagnose_s", "truth_s", "judge_s", "store_s", "wall_s", "gpu_s", "overhead_s")
+          "profile_s", "diagnose_s", "oom_retry_s", "truth_s", "judge_s", "store_s", "wall_s", "gpu_s",
+          "overhead_s")
 
 
 class Status(str, enum.Enum):

@@ -15,7 +15,7 @@ import pytest
 from harness import REPO_ROOT
 from harness.config import load_config, with_overrides
 from harness.problems import problem_from_path
-from harness.results import Status
+from harness.results import PHASES, Status
 from harness.runner import evaluate
 from harness.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
@@ -62,6 +62,7 @@ def test_ground_truth_and_reference_timings_are_shared_by_the_run(lane_run):
 def test_phases_add_up(lane_run):
     r = lane_run[0]["cpp_ok"]
     p = r.phases
+    assert set(p) <= set(PHASES)
     for key in ("startup_s", "load_s", "construct_s", "correctness_s", "timing_s", "profile_s", "judge_s", "store_s"):
         assert key in p and p[key] >= 0, key
     assert p["wall_s"] == pytest.approx(r.duration_s, abs=1e-3)
