@@ -104,8 +104,9 @@ class Lane:
         key = (problem.sha256, json.dumps(t, sort_keys=True), json.dumps(job["seeds"]["timing"]), job["seeds"]["init"])
         entry = self.refs.get(key)
         now, temp = time.monotonic(), gpu.get("temperature_c")
-        fresh = (entry is not None and now - entry["at"] <= t["reference_max_age_s"]
-                 and (temp is None or entry["temp"] is None or abs(temp - entry["temp"]) <= t["reference_max_temp_delta_c"])
+        warmed = temp is not None and entry is not None and entry["temp"] is not None \
+            and abs(temp - entry["temp"]) > t["reference_max_temp_delta_c"]
+        fresh = (entry is not None and now - entry["at"] <= t["reference_max_age_s"] and not warmed
                  and entry["clock"] == gpu.get("app_sm_clock_mhz"))
         if not fresh:
             self.pool.freeze()
@@ -207,7 +208,8 @@ class Lane:
                 phase, phase_start = message.get("phase", phase), now
                 w.events.append(message)
             elif event == "call":
-                first = message.get("what") in FIRST_CALLS or (message.get("what") == "trial" and message.get("trial") == 0)
+                what = message.get("what")
+                first = what in FIRST_CALLS or (what == "trial" and message.get("trial") == 0)
                 call = (now, limits["first_call_s"] if first else limits["call_s"], message)
             elif event in ("output", "state") and judgement is not None:
                 try:

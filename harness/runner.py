@@ -272,7 +272,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     cores = os.cpu_count() or 1
     jobs = cfg.build.jobs or max(1, cores - len(lanes))
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
-                     work_root=work / "pairs", secret=secret, build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
+                     work_root=work / "pairs", secret=secret,
+                     build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra)
     runs = [PairRun(ctx, p) for p in pending]
     lock = threading.Lock()
