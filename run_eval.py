@@ -4,9 +4,11 @@
   python run_eval.py --problem conv_transpose2d            # every solution of every problem in the family
   python run_eval.py --problem 57 --solution direct        # one problem, one solution (by name)
   python run_eval.py --problem 57 --solution path/to/x.py  # any solution file
-  python run_eval.py report results/<run-id> [--format md|csv|text]
+  python run_eval.py report results/<run-id> [--format md|csv|text] [--phases]
+  python run_eval.py leaderboard [RUN_DIR ...] [--format text|md|csv|json|html] [--plot F.png] [--out DIR]
   python run_eval.py lint [SOLUTION_OR_FOLDER ...]          # static checks, no GPU, seconds
   python run_eval.py compile [SOLUTION_OR_FOLDER ...]       # compile-only (nvcc / c++), no GPU
+  python run_eval.py check [--problem P] [--timing] [--junit F] [--baseline RUN_DIR]   # the CI gate
 
 Exit codes: 0 every evaluated pair is correct (lint/compile: no error); 1 some pair is not
 (lint/compile: some error); 2 bad usage or bad input.
@@ -22,7 +24,7 @@ import warnings
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 from harness import leaderboard, problems, solutions
-from harness.config import DEVICES, load_config, parse_override, with_overrides
+from harness.config import DEVICES, Config, load_config, parse_override, with_overrides
 from harness.errors import BadInput
 from harness.runner import evaluate
 from harness.store import load_run, new_run_id
@@ -33,18 +35,38 @@ DEFAULT_CONFIG = "configs/default.yaml"
 def eval_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_eval.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    selection_args(p)
+    p.add_argument("--resume", action="store_true", help="skip pairs already recorded in --run-id")
+    p.add_argument("--format", choices=["text", "md", "csv"], default="text", help="final table format")
+    return p
+
+
+def selection_args(p: argparse.ArgumentParser) -> None:
+    """What the eval and check commands share: which pairs, which config, where results go."""
     p.add_argument("--problem", help="family, problem id, number, unique prefix, or a problem file path")
     p.add_argument("--solution", help="solution name (file stem) or a path to any solution file")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default {DEFAULT_CONFIG})")
     p.add_argument("--device", choices=DEVICES, help="override the config's device")
     p.add_argument("--run-id", help="results go to <results_dir>/<run-id>/ (default: a new timestamped id)")
-    p.add_argument("--resume", action="store_true", help="skip pairs already recorded in --run-id")
     p.add_argument("--results-dir", help="override the config's results_dir")
     p.add_argument("--jobs", type=int, help="parallel build workers (default: config build.jobs)")
     p.add_argument("--gpus", help="evaluation lanes, one per GPU: a number or 'all' (default: config gpus, 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set timing.min_samples=20")
-    p.add_argument("--format", choices=["text", "md", "csv"], default="text", help="final table format")
+
+
+def check_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_eval.py check", description=(
+        "The CI gate: lint, the pipeline (correctness only unless --timing) and, on a machine without a GPU, "
+        "compile-only of the CUDA solutions it cannot run. Exit 0 when everything checked passes, 1 otherwise, "
+        "2 on bad input. Skipped pairs never pass; a gate that evaluated nothing fails unless --allow-skipped."))
+    selection_args(p)
+    p.add_argument("--timing", action="store_true", help="also time the pairs (and compare them with --baseline)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per pair")
+    p.add_argument("--baseline", metavar="RUN_DIR", help="fail on regressions against this run")
+    p.add_argument("--max-regression", type=float, default=0.05,
+                   help="a speedup this much lower than the baseline's, beyond both IQRs, fails (default 0.05)")
+    p.add_argument("--allow-skipped", action="store_true", help="pass even when no pair could be evaluated here")
     return p
 
 
@@ -68,6 +90,56 @@ def cmd_report(argv: list[str]) -> int:
         print(leaderboard.phase_table(results, args.format))
     else:
         print(render(results, args.format))
+    return 0
+
+
+def leaderboard_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_eval.py leaderboard",
+                                description="Rank stored results (never builds or runs anything): one board per GPU, "
+                                            "per problem the correct solutions by speedup, then fast_p, geomean and "
+                                            "pass@k per solution set.")
+    p.add_argument("runs", nargs="*", help="run folders, or folders of runs (default: every run under results/)")
+    p.add_argument("--all", action="store_true", help="every result, not only the latest per (problem, solution, GPU)")
+    p.add_argument("--problem", help="only problems whose id contains this")
+    p.add_argument("--solution", help="only this solution (or solution set: gen for gen.0, gen.1, ...)")
+    p.add_argument("--gpu", help="only GPUs whose name contains this")
+    p.add_argument("--format", choices=["text", "md", "csv", "json", "html"], default="text")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the speedups (matplotlib)")
+    p.add_argument("--out", metavar="DIR", help="write every format and the plot into DIR")
+    return p
+
+
+def cmd_leaderboard(argv: list[str]) -> int:
+    import json as jsonlib
+    from pathlib import Path
+
+    from harness import htmlboard, standings
+    args = leaderboard_parser().parse_args(argv)
+    sources = args.runs or ["results"]
+    entries = standings.gather(sources, warn=lambda line: print(line, file=sys.stderr))
+    chosen = standings.select(entries, keep_all=args.all, problem=args.problem, solution=args.solution, gpu=args.gpu)
+    if not chosen:
+        raise BadInput("leaderboard", "no result matches --problem/--solution/--gpu")
+    data = leaderboard.board_data(standings.boards(chosen), standings.summarize(chosen))
+    texts = {"text": lambda: leaderboard.board_text(data, "text"), "md": lambda: leaderboard.board_text(data, "md"),
+             "csv": lambda: leaderboard.board_csv(data) + "\n" + leaderboard.summary_csv(data),
+             "json": lambda: jsonlib.dumps(data, indent=1, default=str)}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        png = htmlboard.plot_png(data)
+        (out / "leaderboard.png").write_bytes(png)
+        for fmt, name in (("text", "leaderboard.txt"), ("md", "leaderboard.md"), ("json", "leaderboard.json")):
+            (out / name).write_text(texts[fmt]() + "\n")
+        (out / "leaderboard.csv").write_text(leaderboard.board_csv(data))
+        (out / "summary.csv").write_text(leaderboard.summary_csv(data))
+        (out / "leaderboard.html").write_text(htmlboard.page(data, sources, png))
+        print(f"leaderboard of {len(chosen)} result(s) written to {out}/ (txt, md, csv, json, html, png)")
+        return 0
+    png = htmlboard.plot_png(data) if args.plot or args.format == "html" else None
+    if args.plot:
+        Path(args.plot).write_bytes(png)
+    print(htmlboard.page(data, sources, png) if args.format == "html" else texts[args.format]())
     return 0
 
 
@@ -120,10 +192,8 @@ def cmd_compile(argv: list[str]) -> int:
     return 1 if bad else 0
 
 
-def cmd_eval(argv: list[str]) -> int:
-    args = eval_parser().parse_args(argv)
-    if args.resume and not args.run_id:
-        raise BadInput("--resume", "needs --run-id naming the run to resume")
+def configured(args, **extra) -> Config:
+    """The config file with the command line's overrides (and `extra` dotted keys) applied."""
     cfg = load_config(args.config)
     overrides = dict(parse_override(s) for s in args.set)
     if args.device:
@@ -136,28 +206,53 @@ def cmd_eval(argv: list[str]) -> int:
         if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
             raise BadInput("--gpus", f"expected a number of GPUs >= 1 or 'all', got {args.gpus!r}")
         overrides["gpus"] = "all" if args.gpus == "all" else int(args.gpus)
-    if overrides:
-        cfg = with_overrides(cfg, overrides)
+    overrides.update(extra)
+    return with_overrides(cfg, overrides) if overrides else cfg
+
+
+def selected_pairs(args) -> list:
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
-    pairs = solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover())
+    return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover())
+
+
+def cmd_eval(argv: list[str]) -> int:
+    args = eval_parser().parse_args(argv)
+    if args.resume and not args.run_id:
+        raise BadInput("--resume", "needs --run-id naming the run to resume")
+    cfg = configured(args)
+    pairs = selected_pairs(args)
     run_id = args.run_id or new_run_id()
     results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume)
     print()
     print(render(results, args.format))
     counts = leaderboard.summary(results)
-    print(f"\nresults: {cfg.results_dir}/{run_id}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+    where = f"{cfg.results_dir}/{run_id}"
+    print(f"\nresults: {where}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+          f"leaderboard: python run_eval.py leaderboard {where}; lane logs: {where}/logs/")
     evaluated = [r for r in results if r.status.evaluated]
     if not evaluated:
         print("warning: no pair was evaluated (all skipped)", file=sys.stderr)
     return 0 if all(r.status.passed for r in evaluated) else 1
 
 
+def cmd_check(argv: list[str]) -> int:
+    from harness.check import run_check
+    args = check_parser().parse_args(argv)
+    cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
+    pairs = selected_pairs(args)
+    verdict = run_check(pairs, cfg, run_id=args.run_id or "check-" + new_run_id(), baseline=args.baseline,
+                        max_regression=args.max_regression, allow_skipped=args.allow_skipped, junit=args.junit,
+                        jobs=args.jobs, solution_filter=args.solution)
+    return 1 if verdict.reasons else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        commands = {"report": cmd_report, "lint": cmd_lint, "compile": cmd_compile}
+        commands = {"report": cmd_report, "lint": cmd_lint, "compile": cmd_compile, "leaderboard": cmd_leaderboard,
+                    "check": cmd_check}
         if argv and argv[0] in commands:
             return commands[argv[0]](argv[1:])
         return cmd_eval(argv)

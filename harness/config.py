@@ -52,6 +52,7 @@ class ChecksConfig:
 
 @dataclass(frozen=True)
 class TimingConfig:
+    enabled: bool = True       # false: correctness only (the check command's default), no timing or profile
     warmup: int = 3            # untimed calls before sampling
     min_samples: int = 10
     max_samples: int = 100

@@ -97,9 +97,10 @@ class Lane:
         return int(fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
     # -- the reference's timings, once per problem ------------------------------------------------
-    def references(self, problem, job: dict[str, Any], gpu: dict[str, Any]) -> tuple[dict, float, dict]:
-        """({"reference": stats, "reference_fp32": stats}, GPU seconds spent measuring them now (0 when
-        reused), the entry: its `io_bytes` and `out_bytes` at the benchmark shape)."""
+    def references(self, problem, job: dict[str, Any], gpu: dict[str, Any]) -> tuple[dict, float, dict, bool]:
+        """({"reference": stats, "reference_fp32": stats} ({} with timing disabled), GPU seconds spent
+        measuring them now, the entry (its `io_bytes` and `out_bytes` at the benchmark shape),
+        whether it was measured for this pair)."""
         t = job["config"]["timing"]
         key = (problem.sha256, json.dumps(t, sort_keys=True), json.dumps(job["seeds"]["timing"]), job["seeds"]["init"])
         entry = self.refs.get(key)
@@ -117,7 +118,7 @@ class Lane:
             self.refs[key] = entry
         stats = {role: {**s, "measured_at": entry["iso"], "age_s": round(now - entry["at"], 1), "reused": fresh}
                  for role, s in entry["stats"].items()}
-        return stats, 0.0 if fresh else entry["gpu_s"], entry
+        return stats, 0.0 if fresh else entry["gpu_s"], entry, not fresh
 
     def _measure_reference(self, problem, job: dict[str, Any], temp: float | None,
                            clock: float | None) -> dict[str, Any]:
@@ -130,6 +131,8 @@ class Lane:
         pool = InputPool([problem.inputs({}, seed) for seed in job["seeds"]["timing"]])
         gpu_s, stats = 0.0, {}
         modes = [("reference", True)] + ([("reference_fp32", False)] if self.device == "cuda" else [])
+        if not t.get("enabled", True):
+            modes = []  # correctness only: the sizes below, no timing
         with torch.no_grad():
             for role, tf32 in modes:
                 saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -144,7 +147,7 @@ class Lane:
                 stats[role] = stats_of(samples, timer)
                 gpu_s += (sum(samples) + sum(warmup_ms)) / 1e3
             out = model(*pool.live)
-        if "reference_fp32" not in stats:
+        if stats and "reference_fp32" not in stats:
             stats["reference_fp32"] = stats["reference"]
         io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0

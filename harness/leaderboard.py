@@ -97,3 +97,118 @@ def summary(results: Iterable[EvalResult]) -> dict[str, int]:
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     return counts
+
+
+# -- the leaderboard across runs (harness/standings.py) -------------------------------------------
+BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "flags", "run", "commit"]
+OTHER_COLUMNS = ["solution", "status", "message", "run"]
+PAIR_CSV = ["gpu", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup", "flags",
+            "run_id", "commit", "message"]
+
+
+def _short(text: str, limit: int = 140) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def pair_record(entry, rank: int | None) -> dict:
+    """One board row as data (json, csv, html)."""
+    from .standings import commit_of, gpu_of, precision_of, speedup_of
+    r = entry.result
+    t = r.timing or {}
+    base = t.get(t.get("baseline", ""), {}) or {}
+    sol = t.get("solution") or {}
+    return {"gpu": gpu_of(r), "problem": r.problem["id"], "rank": rank, "solution": r.solution["name"],
+            "status": r.status.value, "class": precision_of(r), "ms": sol.get("median_ms"), "iqr_ms": sol.get("iqr_ms"),
+            "ref_ms": base.get("median_ms"), "baseline": t.get("baseline"), "speedup": speedup_of(r),
+            "flags": list(r.flags), "run_id": r.run_id, "commit": commit_of(r), "message": r.message,
+            "path": str(entry.path)}
+
+
+def board_data(boards_: list, summary_rows: list[dict]) -> dict:
+    return {"boards": [{"gpu": b.gpu, "problems": {
+        pid: {"ranked": [pair_record(e, i + 1) for i, e in enumerate(slot["ranked"])],
+              "others": [pair_record(e, None) for e in slot["others"]]} for pid, slot in sorted(b.problems.items())}}
+        for b in boards_], "summary": summary_rows}
+
+
+def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _board_rows(slot: dict) -> tuple[list[list[str]], list[list[str]]]:
+    ranked = []
+    for rec in slot["ranked"]:
+        ms = f"{rec['ms']:.3f} ±{rec['iqr_ms']:.3f}" if rec["ms"] is not None else "-"
+        vs = " (vs TF32 off)" if rec["baseline"] == "reference_fp32" else ""
+        ranked.append([str(rec["rank"]), rec["solution"], rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
+                       _fmt(rec["speedup"], ".2f", "x") + (vs if rec["speedup"] is not None else ""),
+                       ",".join(rec["flags"]) or "-", rec["run_id"], rec["commit"] or "-"])
+    others = [[rec["solution"], rec["status"], _short(rec["message"]), rec["run_id"]] for rec in slot["others"]]
+    return ranked, others
+
+
+SUMMARY_COLUMNS = ["solution", "gpu", "attempted", "samples", "correct", "fast_1", "fast_1.5", "fast_2", "geomean",
+                   "fp32: correct / fast_1 / geomean", "tf32: correct / fast_1 / geomean"]
+
+
+def summary_table_rows(summary_rows: list[dict]) -> list[list[str]]:
+    rows = []
+    for s in summary_rows:
+        per_class = [f"{s[c]['correct']:.0%} / {s[c]['fast_1']:.0%} / {_fmt(s[c]['geomean_speedup'], '.2f', 'x')}"
+                     for c in ("fp32", "tf32")]
+        rows.append([s["solution"], s["gpu"], str(s["attempted"]), str(s["samples"]), f"{s['correct']:.0%}",
+                     f"{s['fast_1']:.0%}", f"{s['fast_1.5']:.0%}", f"{s['fast_2']:.0%}",
+                     _fmt(s["geomean_speedup"], ".2f", "x"), *per_class])
+    return rows
+
+
+def pass_at_k_rows(summary_rows: list[dict]) -> list[list[str]]:
+    return [[s["solution"], s["gpu"], f"pass@{k}", f"{v['fast_0']:.0%}", f"{v['fast_1']:.0%}", f"{v['fast_1.5']:.0%}",
+             f"{v['fast_2']:.0%}"] for s in summary_rows for k, v in sorted((s.get("pass_at_k") or {}).items())]
+
+
+def board_text(data: dict, fmt: str = "text") -> str:
+    """The leaderboard as text (tabulate) or markdown: one board per GPU, per problem the ranked
+    correct solutions and the others below, then the summary per solution set."""
+    md = fmt == "md"
+    style = "github" if md else "simple"
+    out: list[str] = []
+    for board in data["boards"]:
+        out.append(("## " if md else "== ") + board["gpu"] + ("" if md else " =="))
+        for pid, slot in board["problems"].items():
+            out.append(("### " if md else "-- ") + pid)
+            ranked, others = _board_rows(slot)
+            if ranked:
+                out.append(tabulate(ranked, headers=BOARD_COLUMNS, tablefmt=style, disable_numparse=True))
+            if others:
+                out.append(("" if md else "not correct:\n")
+                           + tabulate(others, headers=OTHER_COLUMNS, tablefmt=style, disable_numparse=True))
+            out.append("")
+    out.append(("## " if md else "== ") + "Summary per solution set and GPU" + ("" if md else " =="))
+    out.append(tabulate(summary_table_rows(data["summary"]), headers=SUMMARY_COLUMNS, tablefmt=style,
+                        disable_numparse=True))
+    passk = pass_at_k_rows(data["summary"])
+    if passk:
+        out.append("")
+        out.append(tabulate(passk, headers=["solution", "gpu", "k", "correct", "fast_1", "fast_1.5", "fast_2"],
+                            tablefmt=style, disable_numparse=True))
+        for s in data["summary"]:
+            if s.get("best"):
+                out.append(f"best samples of {s['solution']} on {s['gpu']}: "
+                           + ", ".join(f"{p}: {name}" for p, name in s["best"].items()))
+    out.append("")
+    out.append("fast_p: the share of attempted problems where the solution is correct and faster than the "
+               "class's baseline by more than p (fast_0 = correct); geomean over correct pairs.")
+    return "\n".join(out)
+
+
+def board_csv(data: dict) -> str:
+    rows = [[rec[c] if not isinstance(rec[c], list) else ",".join(rec[c]) for c in PAIR_CSV]
+            for board in data["boards"] for slot in board["problems"].values()
+            for rec in slot["ranked"] + slot["others"]]
+    return _csv(PAIR_CSV, [["" if v is None else v for v in r] for r in rows])
+
+
+def summary_csv(data: dict) -> str:
+    return _csv(SUMMARY_COLUMNS, summary_table_rows(data["summary"]))

@@ -51,8 +51,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     try:
         problem = lane.judge.problem(Path(job["problem_path"]), job["problem"]["sha256"])
         t0 = time.monotonic()
-        refs, ref_gpu_s, entry = lane.references(problem, job, gpu)
-        if not refs["reference"]["reused"]:
+        refs, ref_gpu_s, entry, measured = lane.references(problem, job, gpu)
+        if measured:
             phases["reference_s"] = time.monotonic() - t0
             spent["gpu_s"] += ref_gpu_s
     except Exception as exc:  # noqa: BLE001 - the reference's failure is not the solution's
@@ -61,7 +61,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         return result(Status.HARNESS_ERROR, f"the reference could not be run and timed (not the solution's fault): "
                                             f"{first} at {found.where or 'an unknown place'}",
                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "reference")
-    limits = _limits(cfg, refs["reference"]["median_ms"])
+    limits = _limits(cfg, refs["reference"]["median_ms"] if refs else 0.0)
     max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
     tolerances = {"fp32": cfg["correctness"]["fp32"], "tf32": cfg["correctness"]["tf32"]}
 

@@ -31,6 +31,7 @@ from .errors import BadInput
 from .isolation import child_env, tail
 from .leaderboard import summary
 from .pipeline import PairRun, RunContext, assemble, failure
+from .progress import Progress
 from .results import EvalResult, Status, with_store_time
 from .solutions import Pair
 from .store import Store
@@ -277,6 +278,15 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                      torch_version=info["torch"], env=base_env, extra_shapes=extra)
     runs = [PairRun(ctx, p) for p in pending]
     lock = threading.Lock()
+    manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device)
+                 for run in runs}
+    to_build = [run for run in runs if manifests[id(run)] is None]
+    if pending:
+        workers = max(1, min(jobs, len(to_build) or 1))
+        gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
+        out(f"{len(pending)} pair(s) on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
+            f"{workers} worker(s), {len(pending) - len(to_build)} already built")
+    progress = Progress(out, len(pending), len(to_build))
 
     def record(result: EvalResult) -> None:
         start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
@@ -285,25 +295,18 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         with lock:
             store.write(result)
             done[result.key] = result
-            out(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: {_describe(result)}")
+            progress.pair_done(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: "
+                               f"{_describe(result)}", result.status.value)
 
     schedule = Schedule({id(r): i for i, r in enumerate(runs)})
-    to_build = []
     for run in runs:
-        manifest = read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device)
-        if manifest is None:
-            to_build.append(run)
-        elif manifest.get("skipped"):
+        manifest = manifests[id(run)]
+        if manifest is not None and manifest.get("skipped"):
             record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
                             own_s=0.0))
-        else:
+        elif manifest is not None:
             schedule.put(run)
     schedule.expect(len(to_build))
-    if pending:
-        workers = max(1, min(jobs, len(to_build) or 1))
-        gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
-        out(f"{len(pending)} pair(s) on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
-            f"{workers} worker(s), {len(pending) - len(to_build)} already built")
 
     def build(run: PairRun) -> None:
         try:
@@ -311,6 +314,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
             result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
                               phases={}, gpu_s=0.0, own_s=run.build_s)
+        progress.build_done()
         if result is not None:
             record(result)
         schedule.built(None if result is not None else run)
@@ -336,7 +340,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             try:
                 result = EvalResult.from_dict(lane.run(job, backstop))
             except LaneDied as exc:
-                out(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
+                progress.line(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
                 if run.attempts < 2:
                     schedule.put(run)
                 else:
@@ -346,7 +350,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                 try:
                     lane.start()
                 except LaneDied as again:
-                    out(f"warning: {again}; the other lanes go on")
+                    progress.line(f"warning: {again}; the other lanes go on")
                     return
                 continue
             record(result)
@@ -362,8 +366,14 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     for run in leftover:  # every lane died for good
         record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
                         phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))
+    progress.close()
     results = [done[k] for k in sorted(done)]
     store.write_manifest({"summary": summary(results)})
+    logs = store.dir / "logs"  # the lanes' own logs (each pair's worker log tail is in its result)
+    for lane in lanes:
+        for log in sorted(lane.work_dir.glob("lane-*.log")):
+            logs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
     return results
 
 

@@ -267,12 +267,13 @@ class Worker:
         for key, value in originals.items():
             setattr(problem, key, value)
 
-        self.set_phase("timing")
-        with torch.no_grad():
-            solution = functools.partial(for_solution, benchmark_model)
-            self.events.emit("timing", role="solution", stats=self.time_model(solution, problem))
-            self.set_phase("profile")
-            self.profile(solution, problem)
+        if self.req["timing"].get("enabled", True):
+            self.set_phase("timing")
+            with torch.no_grad():
+                solution = functools.partial(for_solution, benchmark_model)
+                self.events.emit("timing", role="solution", stats=self.time_model(solution, problem))
+                self.set_phase("profile")
+                self.profile(solution, problem)
         self.events.emit("gpu_time", **self.gpu)
 
     def main(self) -> None:

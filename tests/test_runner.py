@@ -40,3 +40,20 @@ def test_lanes_take_the_visible_gpus_in_order(monkeypatch):
     assert gpu_ids(2) == ["3", "1"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert gpu_ids(2) == ["0", "1"]
+
+
+def test_progress_prints_lines_in_a_log_and_bars_in_a_terminal(capsys):
+    from harness.progress import Progress
+    lines = []
+    plain = Progress(lines.append, pairs=2, builds=1, tty=False)
+    plain.pair_done("[1/2] p / s: ok", "ok")
+    plain.build_done()
+    plain.close()
+    assert lines == ["[1/2] p / s: ok"] and plain.pairs is None
+    bars = Progress(lines.append, pairs=2, builds=1, tty=True)
+    bars.pair_done("[1/2] p / s: ok", "ok")
+    bars.build_done()
+    assert bars.pairs.n == 1 and bars.builds.n == 1
+    bars.close()
+    captured = capsys.readouterr()
+    assert "[1/2] p / s: ok" in captured.out and "pairs" in captured.err  # the line, and the bar with its ETA

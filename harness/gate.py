@@ -1,0 +1,189 @@
+"""The CI gate's judgement of a finished check (run_eval.py check): which findings fail it,
+regressions against a baseline run, and what CI reads: JUnit XML and GitHub's step summary.
+Pure functions of results; the check command runs lint, compile-only and the pipeline.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .problems import _display
+from .results import EvalResult, Status
+from .standings import Entry, gpu_of, speedup_of
+
+
+@dataclass(frozen=True)
+class Change:
+    problem: str
+    solution: str
+    kind: str        # "no longer correct", "slower", "disappeared", "now correct", "faster"
+    message: str
+
+    @property
+    def regression(self) -> bool:
+        return self.kind in ("no longer correct", "slower", "disappeared")
+
+
+def speedup_bounds(result: EvalResult) -> tuple[float, float] | None:
+    """(lowest, highest) speedup the two interquartile ranges allow: the baseline's q1 over the
+    solution's q3, and its q3 over the solution's q1."""
+    t = result.timing or {}
+    if speedup_of(result) is None:
+        return None
+    sol, base = t.get("solution") or {}, t.get(t.get("baseline", ""), {}) or {}
+    try:
+        return base["q1_ms"] / sol["q3_ms"], base["q3_ms"] / sol["q1_ms"]
+    except (KeyError, ZeroDivisionError):
+        value = speedup_of(result)
+        return value, value
+
+
+def compare(current: list[EvalResult], baseline: list[Entry], max_regression: float) -> list[Change]:
+    """Regressions and improvements of `current` against the baseline's results on the same GPU:
+    a pair correct there and not now; a speedup lower by more than `max_regression` once both
+    interquartile ranges are allowed for; a pair of the baseline that is missing now."""
+    now = {(r.problem["id"], r.solution["name"], gpu_of(r)): r for r in current}
+    gpus = {gpu_of(r) for r in current}
+    changes: list[Change] = []
+    for entry in baseline:
+        old = entry.result
+        key = (old.problem["id"], old.solution["name"], gpu_of(old))
+        if key[2] not in gpus or old.status is Status.SKIPPED:
+            continue  # another GPU's results are not comparable
+        new = now.get(key)
+        where = f"{key[0]} / {key[1]}"
+        if new is None:
+            changes.append(Change(key[0], key[1], "disappeared", f"{where}: in the baseline, not in this check"))
+            continue
+        if old.status is Status.OK and new.status is not Status.OK:
+            changes.append(Change(key[0], key[1], "no longer correct",
+                                  f"{where}: correct in the baseline, now {new.status.value}: {new.message}"))
+        elif old.status is not Status.OK and new.status is Status.OK:
+            changes.append(Change(key[0], key[1], "now correct", f"{where}: {old.status.value} in the baseline, now ok"))
+        a, b = speedup_bounds(old), speedup_bounds(new)
+        if a is None or b is None:
+            continue
+        if b[1] < a[0] * (1 - max_regression):
+            changes.append(Change(key[0], key[1], "slower",
+                                  f"{where}: speedup {speedup_of(new):.2f}x (at most {b[1]:.2f}x within its IQR) "
+                                  f"against the baseline's {speedup_of(old):.2f}x (at least {a[0]:.2f}x), more than "
+                                  f"{max_regression:.0%} lower"))
+        elif b[0] > a[1] * (1 + max_regression):
+            changes.append(Change(key[0], key[1], "faster",
+                                  f"{where}: speedup {speedup_of(new):.2f}x against the baseline's {speedup_of(old):.2f}x"))
+    return changes
+
+
+@dataclass
+class Verdict:
+    results: list[EvalResult]
+    lint: list[Any] = field(default_factory=list)         # harness.lint.Finding (errors and warnings)
+    compiled: list[dict] = field(default_factory=list)    # compile_solutions items
+    changes: list[Change] = field(default_factory=list)
+    allow_skipped: bool = False
+    linted: list[str] = field(default_factory=list)        # every file lint read
+
+    @property
+    def evaluated(self) -> list[EvalResult]:
+        return [r for r in self.results if r.status.evaluated]
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the gate fails; empty when it passes."""
+        reasons = [f"{r.problem['id']} / {r.solution['name']}: {r.status.value}: {r.message}"
+                   for r in self.evaluated if not r.status.passed]
+        reasons += [str(f) for f in self.lint if f.severity == "error"]
+        reasons += [f"{c['path']}: compile: {c['message']}" for c in self.compiled if c["status"] not in ("ok", "skipped")]
+        reasons += [c.message for c in self.changes if c.regression]
+        if not self.evaluated and not self.allow_skipped:
+            reasons.append(f"nothing was evaluated ({len(self.results)} pair(s) skipped): a gate that checked nothing "
+                           f"fails (--allow-skipped to accept)")
+        return reasons
+
+    def headline(self) -> str:
+        skipped = len(self.results) - len(self.evaluated)
+        ok = sum(r.status.passed for r in self.evaluated)
+        state = "FAIL" if self.reasons else "PASS"
+        return (f"check {state}: {ok} of {len(self.evaluated)} evaluated pair(s) ok, {skipped} not run (skipped); "
+                f"lint {sum(f.severity == 'error' for f in self.lint)} error(s); compile-only "
+                f"{sum(c['status'] not in ('ok', 'skipped') for c in self.compiled)} failure(s) of {len(self.compiled)}; "
+                f"{sum(c.regression for c in self.changes)} regression(s)")
+
+
+def junit(verdict: Verdict) -> bytes:
+    """JUnit XML: one testcase per pair (classname = problem, name = solution), with the message
+    as the failure's message and the compiler log or traceback as its text; lint and compile-only
+    findings and vanished pairs as testcases of their own."""
+    root = ET.Element("testsuites", name="kb-harness check")
+    regressions = {(c.problem, c.solution): c for c in verdict.changes if c.regression}
+    pairs = ET.SubElement(root, "testsuite", name="pairs")
+    failures = skipped = 0
+    for r in verdict.results:
+        case = ET.SubElement(pairs, "testcase", classname=r.problem["id"], name=r.solution["name"],
+                             time=f"{r.duration_s:.3f}")
+        change = regressions.pop((r.problem["id"], r.solution["name"]), None)
+        if r.status is Status.SKIPPED:
+            ET.SubElement(case, "skipped", message=r.message)
+            skipped += 1
+        elif not r.status.passed or change:
+            failure = ET.SubElement(case, "failure", message=change.message if change and r.status.passed else r.message,
+                                    type=change.kind if change and r.status.passed else r.status.value)
+            failure.text = (r.build or {}).get("log") if r.status is Status.BUILD_ERROR else r.detail
+            failures += 1
+        if speedup_of(r) is not None:
+            ET.SubElement(case, "system-out").text = f"speedup {speedup_of(r):.3f}x"
+    for change in regressions.values():  # pairs that disappeared
+        case = ET.SubElement(pairs, "testcase", classname=change.problem, name=change.solution, time="0")
+        ET.SubElement(case, "failure", message=change.message, type=change.kind)
+        failures += 1
+    pairs.set("tests", str(len(pairs)))
+    pairs.set("failures", str(failures))
+    pairs.set("skipped", str(skipped))
+    for name, items in (("lint", _lint_cases(verdict.linted, verdict.lint)), ("compile", _compile_cases(verdict.compiled))):
+        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(items)),
+                              failures=str(sum(1 for _, _, f in items if f)))
+        for classname, case_name, failure in items:
+            case = ET.SubElement(suite, "testcase", classname=classname, name=case_name)
+            if failure:
+                ET.SubElement(case, "failure", message=failure[0], type=name).text = failure[1]
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def _lint_cases(files: list[str], findings: list[Any]) -> list[tuple[str, str, tuple[str, str] | None]]:
+    by_file: dict[str, list[Any]] = {_display(Path(path)): [] for path in files}
+    for f in findings:
+        by_file.setdefault(_display(Path(f.path)), []).append(f)
+    return [("lint", path, (next(str(f) for f in fs if f.severity == "error"), "\n".join(map(str, fs)))
+             if any(f.severity == "error" for f in fs) else None) for path, fs in sorted(by_file.items())]
+
+
+def _compile_cases(items: list[dict]) -> list[tuple[str, str, tuple[str, str] | None]]:
+    return [("compile", c["path"], (c["message"], c.get("detail", "")) if c["status"] not in ("ok", "skipped") else None)
+            for c in items]
+
+
+def step_summary(verdict: Verdict) -> str:
+    """Markdown for GitHub's step summary: the headline, counts, failures with their messages,
+    speedups, regressions and improvements."""
+    lines = [f"## {verdict.headline()}", ""]
+    counts: dict[str, int] = {}
+    for r in verdict.results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    lines += ["| status | pairs |", "|---|---|"] + [f"| {k} | {v} |" for k, v in sorted(counts.items())] + [""]
+    if verdict.reasons:
+        lines += ["### Failures", ""] + [f"- {_md(reason)}" for reason in verdict.reasons] + [""]
+    timed = [r for r in verdict.results if speedup_of(r) is not None]
+    if timed:
+        lines += ["### Speedups", "", "| problem | solution | class | speedup |", "|---|---|---|---|"]
+        lines += [f"| {r.problem['id']} | {r.solution['name']} | {r.correctness.get('precision')} | "
+                  f"{speedup_of(r):.2f}x |" for r in timed] + [""]
+    better = [c for c in verdict.changes if not c.regression]
+    if better:
+        lines += ["### Improvements", ""] + [f"- {_md(c.message)}" for c in better] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")[:500]

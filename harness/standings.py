@@ -1,0 +1,252 @@
+"""Standings across runs: a pure function of stored results (it never builds or runs anything).
+
+Results are gathered from run folders (`results/<run-id>/`, or a folder of runs such as
+`results/snapshots/`), the latest kept per (problem, solution, GPU), and ranked per problem on one
+board per GPU name: results from different GPUs are never ranked together. A solution set is a
+solution name across problems; a set may hold several samples per problem, named
+`<set>.<k>.py` (e.g. `gen.0.py`, `gen.1.py`), and then its summary also gives pass@k and fast_p@k
+(the unbiased estimator of Chen et al. 2021) and each problem's best sample.
+
+fast_p (KernelBench): the fraction of attempted problems where the solution is correct and its
+speedup is above p; fast_0 is the correct rate. With samples, each problem counts the fraction of
+its samples that qualify (fast_p@1). Skipped pairs are not attempted.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import BadInput
+from .results import EvalResult, Status
+from .store import MANIFEST, read_result
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+PASS_K = (1, 5, 10)
+_SAMPLE = re.compile(r"^(?P<set>.+)\.(?P<k>\d+)$")
+
+
+def sample_of(solution: str) -> tuple[str, int | None]:
+    """('gen', 3) for 'gen.3'; ('fast', None) for a solution that is not a sample."""
+    m = _SAMPLE.match(solution)
+    return (m.group("set"), int(m.group("k"))) if m else (solution, None)
+
+
+def gpu_of(result: EvalResult) -> str:
+    gpu = (result.env or {}).get("gpu") or {}
+    if gpu.get("name"):
+        return str(gpu["name"])
+    return "CPU" if (result.env or {}).get("device") == "cpu" or not gpu else "unknown GPU"
+
+
+def commit_of(result: EvalResult) -> str:
+    commit = ((result.env or {}).get("git") or {}).get("commit") or ""
+    return str(commit)[:7]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A result and where it came from."""
+    result: EvalResult
+    path: Path
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.result.problem["id"], self.result.solution["name"], gpu_of(self.result)
+
+
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run folders named, or found one and two levels down in folders of runs. A folder with
+    neither results nor runs is bad input."""
+    found: list[Path] = []
+    for spec in paths:
+        path = Path(spec)
+        if not path.is_dir():
+            raise BadInput(path, "no such results folder")
+        if _is_run(path):
+            found.append(path)
+            continue
+        nested = [d for d in sorted(path.iterdir()) if d.is_dir() and _is_run(d)]
+        nested += [d for sub in sorted(path.iterdir()) if sub.is_dir() and not _is_run(sub)
+                   for d in sorted(sub.iterdir()) if d.is_dir() and _is_run(d)]
+        if not nested:
+            raise BadInput(path, "not a run folder (no run.json or result files) and no runs inside it")
+        found += nested
+    return found
+
+
+def _is_run(path: Path) -> bool:
+    return (path / MANIFEST).is_file() or any(p.name != MANIFEST for p in path.glob("*__*.json"))
+
+
+def gather(paths: Iterable[str | Path], warn=print) -> list[Entry]:
+    """Every readable result of the runs under `paths`. A corrupt file is skipped with a warning;
+    a result of an unknown schema version, or two files recording the same pair of the same run
+    differently, is bad input (one line); so is finding nothing readable at all."""
+    entries: list[Entry] = []
+    seen: dict[tuple[str, str, str], Entry] = {}
+    skipped = 0
+    for run in run_dirs(paths):
+        for path in sorted(run.glob("*.json")):
+            if path.name == MANIFEST:
+                continue
+            try:
+                raw = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                warn(f"warning: {path}: skipped, not readable JSON ({exc})")
+                skipped += 1
+                continue
+            if isinstance(raw, dict) and "schema_version" in raw and raw["schema_version"] not in (2, 3):
+                raise BadInput(path, f"results schema_version {raw['schema_version']!r} is not one this harness reads "
+                                     f"(2, 3)")
+            try:
+                result = read_result(path)
+            except BadInput as exc:
+                warn(f"warning: {exc}; skipped")
+                skipped += 1
+                continue
+            entry = Entry(result, path)
+            same = (result.run_id, result.problem["id"], result.solution["name"])
+            if same in seen:
+                if seen[same].result != result:
+                    raise BadInput(path, f"records {same[1]} / {same[2]} of run {same[0]} differently from "
+                                         f"{seen[same].path}")
+                continue
+            seen[same] = entry
+            entries.append(entry)
+    if not entries:
+        raise BadInput(" ".join(map(str, paths)) or "results/",
+                       f"no readable results{f' ({skipped} file(s) skipped)' if skipped else ''}")
+    _check_verdicts(entries)
+    return entries
+
+
+def _check_verdicts(entries: list[Entry]) -> None:
+    """The same problem file and solution sources on the same GPU judged correct in one run and
+    incorrect in another: a verdict that is not reproducible is bad input, named in one line."""
+    verdicts: dict[tuple[str, str, str], Entry] = {}
+    for e in entries:
+        if e.result.status not in (Status.OK, Status.INCORRECT):
+            continue
+        key = (e.result.problem.get("sha256", ""),
+               e.result.solution.get("sources_sha256") or e.result.solution.get("sha256", ""), gpu_of(e.result))
+        other = verdicts.setdefault(key, e)
+        if other.result.status is not e.result.status:
+            raise BadInput(e.path, f"{e.result.status.value}, while {other.path} records the same problem and "
+                                   f"solution sources on the same GPU ({key[2]}) as {other.result.status.value}")
+
+
+def select(entries: list[Entry], *, keep_all: bool = False, problem: str | None = None,
+           solution: str | None = None, gpu: str | None = None) -> list[Entry]:
+    """The latest result per (problem, solution, GPU) unless `keep_all`; filtered by substrings
+    of the problem id, exact solution (or solution set) name, substring of the GPU name."""
+    chosen = [e for e in entries
+              if (problem is None or problem in e.result.problem["id"])
+              and (solution is None or solution in (e.result.solution["name"], sample_of(e.result.solution["name"])[0]))
+              and (gpu is None or gpu.lower() in gpu_of(e.result).lower())]
+    if keep_all:
+        return chosen
+    latest: dict[tuple[str, str, str], Entry] = {}
+    for e in chosen:
+        old = latest.get(e.key)
+        if old is None or (e.result.finished_at, e.result.run_id) > (old.result.finished_at, old.result.run_id):
+            latest[e.key] = e
+    return list(latest.values())
+
+
+def correct(result: EvalResult) -> bool:
+    return result.status is Status.OK
+
+
+def speedup_of(result: EvalResult) -> float | None:
+    value = (result.timing or {}).get("speedup")
+    return float(value) if value is not None and correct(result) else None
+
+
+def precision_of(result: EvalResult) -> str | None:
+    return (result.correctness or {}).get("precision") if result.status is Status.OK else None
+
+
+@dataclass
+class Board:
+    """One GPU: per problem, the correct solutions ranked by speedup (those without a timing, e.g.
+    from a correctness-only check, last) and the others below."""
+    gpu: str
+    problems: dict[str, dict[str, list[Entry]]] = field(default_factory=dict)  # problem -> ranked / others
+
+
+def boards(entries: list[Entry]) -> list[Board]:
+    by_gpu: dict[str, Board] = {}
+    for e in sorted(entries, key=lambda e: (e.key, e.result.finished_at)):
+        board = by_gpu.setdefault(gpu_of(e.result), Board(gpu_of(e.result)))
+        slot = board.problems.setdefault(e.result.problem["id"], {"ranked": [], "others": []})
+        slot["ranked" if correct(e.result) else "others"].append(e)
+    for board in by_gpu.values():
+        for slot in board.problems.values():
+            slot["ranked"].sort(key=lambda e: -(speedup_of(e.result) or 0.0))
+            slot["others"].sort(key=lambda e: (e.result.status is Status.SKIPPED, e.result.solution["name"]))
+    return [by_gpu[g] for g in sorted(by_gpu)]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c pass (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(entries: list[Entry]) -> list[dict[str, Any]]:
+    """Per (solution set, GPU): problems attempted, fast_p for each p (fast_0 = correct rate), the
+    geometric mean of the speedup over correct pairs, each of them per precision class, and for
+    sets with samples pass@k, fast_p@k and each problem's best sample."""
+    groups: dict[tuple[str, str], dict[str, list[EvalResult]]] = {}
+    for e in entries:
+        if e.result.status is Status.SKIPPED:
+            continue
+        name, _ = sample_of(e.result.solution["name"])
+        groups.setdefault((name, gpu_of(e.result)), {}).setdefault(e.result.problem["id"], []).append(e.result)
+    rows = []
+    for (name, gpu), per_problem in sorted(groups.items()):
+        samples = max(len(v) for v in per_problem.values())
+        row: dict[str, Any] = {"solution": name, "gpu": gpu, "attempted": len(per_problem), "samples": samples}
+        row.update(_rates(per_problem, None))
+        for cls in ("fp32", "tf32"):
+            row[cls] = _rates(per_problem, cls)
+        if samples > 1:
+            row["pass_at_k"] = {}
+            for k in PASS_K:
+                eligible = {p: rs for p, rs in per_problem.items() if len(rs) >= k}
+                if not eligible:
+                    continue
+                row["pass_at_k"][k] = {f"fast_{p:g}": _mean([pass_at_k(len(rs), _count(rs, p), k)
+                                                             for rs in eligible.values()]) for p in FAST_P}
+            row["best"] = {p: max(rs, key=lambda r: speedup_of(r) or -1.0).solution["name"]
+                           for p, rs in sorted(per_problem.items()) if any(speedup_of(r) is not None for r in rs)}
+        rows.append(row)
+    return rows
+
+
+def _count(results: list[EvalResult], p: float, cls: str | None = None) -> int:
+    """Results correct (in class `cls`) and, for p > 0, faster than the baseline by more than p."""
+    return sum(1 for r in results if correct(r) and (cls is None or precision_of(r) == cls)
+               and (p == 0 or (speedup_of(r) or 0.0) > p))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _rates(per_problem: dict[str, list[EvalResult]], cls: str | None) -> dict[str, Any]:
+    rates = {f"fast_{p:g}": _mean([_count(rs, p, cls) / len(rs) for rs in per_problem.values()]) for p in FAST_P}
+    speedups = [s for rs in per_problem.values() for r in rs
+                if (s := speedup_of(r)) is not None and (cls is None or precision_of(r) == cls)]
+    rates["correct"] = rates["fast_0"]
+    rates["geomean_speedup"] = geomean(speedups)
+    return rates

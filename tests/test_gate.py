@@ -1,0 +1,117 @@
+"""The CI gate: the regression rule on fixture baselines, JUnit parsed back, the step summary, and
+run_eval.py check end to end on the CPU (exit codes, skipped never passing)."""
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from harness import REPO_ROOT, gate
+from harness.results import EvalResult, Status
+from harness.standings import Entry
+from harness.store import Store
+from conftest import FIXTURE_SOLUTIONS
+
+GPU = "NVIDIA H200"
+
+
+def result(solution, status="ok", speedup=None, iqr=0.01, problem="p1", gpu=GPU, message=None, detail=""):
+    timing = {}
+    if speedup is not None:
+        sol = {"median_ms": 1.0, "q1_ms": 1.0 - iqr / 2, "q3_ms": 1.0 + iqr / 2, "iqr_ms": iqr}
+        ref = {"median_ms": speedup, "q1_ms": speedup * (1 - iqr / 2), "q3_ms": speedup * (1 + iqr / 2), "iqr_ms": iqr}
+        timing = {"solution": sol, "reference": ref, "baseline": "reference", "speedup": speedup}
+    env = {"gpu": {"name": gpu}} if gpu != "CPU" else {"device": "cpu"}
+    return EvalResult(problem={"id": problem}, solution={"name": solution}, status=Status(status),
+                      message=message or f"{status} message", timing=timing, detail=detail, env=env,
+                      correctness={"precision": "tf32"}, duration_s=1.5)
+
+
+def entries(*results):
+    return [Entry(r, None) for r in results]
+
+
+def kinds(changes):
+    return {(c.solution, c.kind) for c in changes}
+
+
+def test_regression_rule():
+    base = entries(result("slower", speedup=2.0), result("noisy", speedup=2.0, iqr=0.2),
+                   result("broken", speedup=1.5), result("gone", speedup=1.2), result("better", speedup=1.0),
+                   result("other_gpu", speedup=3.0, gpu="NVIDIA H100"))
+    now = [result("slower", speedup=1.7), result("noisy", speedup=1.85, iqr=0.2), result("broken", status="incorrect"),
+           result("better", speedup=1.5)]
+    changes = gate.compare(now, base, max_regression=0.05)
+    assert kinds(changes) == {("slower", "slower"), ("broken", "no longer correct"), ("gone", "disappeared"),
+                              ("better", "faster")}
+    assert [c.regression for c in changes if c.solution == "better"] == [False]
+    # within the interquartile ranges allowed for, 2.0 -> 1.85 is noise; with tight ones it is not
+    tight = gate.compare([result("noisy", speedup=1.85)], entries(result("noisy", speedup=2.0)), 0.05)
+    assert kinds(tight) == {("noisy", "slower")}
+
+
+def test_junit_parses_back_with_one_testcase_per_pair():
+    verdict = gate.Verdict([result("good", speedup=2.0), result("bad", "build_error", message="x.py:3: error: oops"),
+                            result("skip", "skipped", message="needs a CUDA device")],
+                           changes=[gate.Change("p1", "gone", "disappeared", "p1 / gone: in the baseline")],
+                           linted=["solutions/a.py"])
+    root = ET.fromstring(gate.junit(verdict))
+    pairs = root.find("testsuite[@name='pairs']")
+    cases = {c.get("name"): c for c in pairs.findall("testcase")}
+    assert set(cases) == {"good", "bad", "skip", "gone"} and all(c.get("classname") == "p1" for c in cases.values())
+    assert cases["bad"].find("failure").get("message") == "x.py:3: error: oops"
+    assert cases["bad"].find("failure").get("type") == "build_error"
+    assert cases["skip"].find("skipped") is not None and cases["good"].find("failure") is None
+    assert cases["gone"].find("failure").get("type") == "disappeared"
+    assert (pairs.get("tests"), pairs.get("failures"), pairs.get("skipped")) == ("4", "2", "1")
+    assert root.find("testsuite[@name='lint']/testcase").get("name") == "solutions/a.py"
+
+
+def test_step_summary_and_reasons():
+    verdict = gate.Verdict([result("good", speedup=2.0), result("bad", "incorrect", message="rel L2 0.3 > 1e-05")])
+    text = gate.step_summary(verdict)
+    assert text.startswith("## check FAIL") and "| incorrect | 1 |" in text and "rel L2 0.3" in text
+    assert "| p1 | good | tf32 | 2.00x |" in text
+    assert gate.Verdict([result("skip", "skipped")]).reasons[0].startswith("nothing was evaluated")
+    assert gate.Verdict([result("skip", "skipped")], allow_skipped=True).reasons == []
+
+
+def check(*args, env=None):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), "check", *args], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=900, env={**os.environ, **(env or {})})
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_check_on_the_cpu(tmp_path):
+    summary = tmp_path / "summary.md"
+    rc, out = check("--problem", "elementwise_add", "--solution", str(FIXTURE_SOLUTIONS / "cpp_wrong.py"),
+                    "--device", "cpu", "--results-dir", str(tmp_path), "--junit", str(tmp_path / "j.xml"),
+                    env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert rc == 1 and "check FAIL" in out, out
+    failure = ET.parse(tmp_path / "j.xml").getroot().find("testsuite[@name='pairs']/testcase/failure")
+    assert failure.get("type") == "incorrect" and "elements outside" in failure.get("message")
+    assert summary.read_text().startswith("## check FAIL")
+    # the CUDA example cannot run here: not run is not passed, unless the gate is told to accept it
+    rc, out = check("--problem", "elementwise_add", "--solution", "cuda_add", "--device", "cpu",
+                    "--results-dir", str(tmp_path))
+    assert rc == 1 and "nothing was evaluated" in out and "compile-only" in out, out
+    rc, out = check("--problem", "elementwise_add", "--solution", "cuda_add", "--device", "cpu",
+                    "--results-dir", str(tmp_path), "--allow-skipped")
+    assert rc == 0, out
+
+
+def test_check_against_a_baseline(tmp_path):
+    baseline = Store(tmp_path / "base", "b")
+    for name in ("cpp_add", "vanished"):
+        baseline.write(result(name, problem="elementwise_add", gpu="CPU"))
+    rc, out = check("--problem", "elementwise_add", "--device", "cpu", "--results-dir", str(tmp_path),
+                    "--baseline", str(tmp_path / "base" / "b"))
+    assert rc == 1 and "elementwise_add / vanished: in the baseline, not in this check" in out, out
+    assert "cpp_add" not in [line for line in out.splitlines() if line.startswith("FAIL")]
+
+
+def test_check_bad_input_is_exit_2(tmp_path):
+    rc, out = check("--problem", "no_such_problem", "--results-dir", str(tmp_path))
+    assert rc == 2 and "no_such_problem" in out
