@@ -176,7 +176,7 @@ def cmd_lint(argv: list[str]) -> int:
 
 
 def cmd_compile(argv: list[str]) -> int:
-    from harness.runner import compile_solutions
+    from harness.compile_only import compile_solutions
     p = checks_parser("compile", "Compile each solution's load_inline sources against the torch headers "
                                  "without linking or loading them (needs nvcc for CUDA sources, no GPU).")
     p.add_argument("--config", default=DEFAULT_CONFIG)

@@ -13,7 +13,8 @@ from .config import Config
 from .gate import Verdict, compare, junit as junit_xml, step_summary
 from .lint import lint_file
 from .results import Status
-from .runner import compile_solutions, evaluate
+from .compile_only import compile_solutions
+from .runner import evaluate
 from .solutions import Pair
 
 

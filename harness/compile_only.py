@@ -120,3 +120,47 @@ def make_jit_compile(stub_root: Path):
         return NotLoaded(name)
 
     return jit_compile
+
+
+def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | None = None,
+                      out=print) -> list[dict]:
+    """Compile-only: import each solution in a worker whose load_inline compiles the object files
+    (CUDA with nvcc, C++ with the host compiler) and loads nothing. No GPU is needed or used.
+    Each item: {"path", "status", "message", "detail", "extensions"}."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .build import default_cache_dir
+    from .isolation import run_module
+    from .pipeline import failure
+    from .problems import _display
+    cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    workers = max(1, min(jobs or cfg.build.jobs or cores, len(files) or 1))
+    env = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch,
+           "MAX_JOBS": str(max(1, cores // workers))}
+    if cuda_home():
+        env["CUDA_HOME"] = cuda_home()
+
+    def one(path: Path) -> dict:
+        request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
+                   "cache_dir": str(cache_dir)}
+        with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
+            outcome = run_module("harness.worker", request, Path(work), limit_s=cfg.timeouts.run_s,
+                                 phase_limits={"build": cfg.timeouts.build_s}, env=env)
+        failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
+        builds = outcome.all("build")
+        item = {"path": _display(Path(path)), "extensions": [b.get("name") for b in builds]}
+        if failed:
+            status, message, detail, _ = failed
+            item.update(status=status.value, message=message, detail=detail)
+        else:
+            names = ", ".join(item["extensions"]) or "no load_inline call"
+            item.update(status="ok", message=f"compiled ({names})", detail="")
+        out(f"{item['path']}: {item['status']}: {item['message']}")
+        return item
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(one, files))
+    return results

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .channel import Channel, ChannelClosed, ProtocolError
-from .env import collect, gpu_now, probe
+from .env import collect, probe
 from .isolation import Outcome, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill
 from .results import Status
@@ -151,7 +151,7 @@ class Lane:
             stats["reference_fp32"] = stats["reference"]
         io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
-        del pool, out
+        pool = out = None  # the inputs' and output's memory goes back before any worker runs
         self.judge.release(force=True)
         return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "clock": clock, "gpu_s": gpu_s,
                 "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes}

@@ -2,9 +2,10 @@
 lane per GPU (harness/lane.py), stream each result to the store as soon as it exists, and show
 progress.
 
-A lane is a long-lived trusted process that owns one device; the runner itself never initializes
-CUDA. Builds run in fresh processes with the GPUs hidden (harness/pipeline.py); a build the cache's
-manifest already records is not repeated. A lane that dies loses only the pair it had, which is
+A lane is a long-lived trusted process that owns one device (harness/lane.py; the runner's handle
+on it: harness/laneproc.py); the runner itself never imports torch. Builds run in fresh processes
+with the GPUs hidden (harness/pipeline.py); a build the cache's manifest already records is not
+repeated. A lane that dies loses only the pair it had, which is
 given to a lane once more; a pair that takes down a lane twice is recorded as a harness error.
 """
 from __future__ import annotations
@@ -13,129 +14,24 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from . import REPO_ROOT, problems
+from . import problems
 from .build import default_cache_dir, read_manifest
-from .channel import Channel, ChannelClosed, ProtocolError
 from .config import Config
 from .env import git_info
 from .errors import BadInput
-from .isolation import child_env, tail
+from .laneproc import LaneDied, LaneProc, Lanes, gpu_ids
 from .leaderboard import summary
-from .pipeline import PairRun, RunContext, assemble, failure
+from .pipeline import PairRun, RunContext, assemble
 from .progress import Progress
 from .results import EvalResult, Status, with_store_time
 from .solutions import Pair
 from .store import Store
-
-
-class LaneDied(Exception):
-    def __init__(self, message: str, detail: str = ""):
-        super().__init__(message)
-        self.detail = detail
-
-
-class LaneProc:
-    """A lane process and the runner's end of its channel. Start it from the thread that will
-    wait for it: the lane dies with that thread (PR_SET_PDEATHSIG)."""
-
-    def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool):
-        self.index, self.gpu, self.device = index, gpu, device
-        self.work_dir = Path(work_dir) / f"lane{index}"
-        self.hide_gpus = hide_gpus
-        self.proc: subprocess.Popen | None = None
-        self.channel: Channel | None = None
-        self.info: dict[str, Any] = {}
-        self.starts = 0
-
-    def start(self, timeout_s: float = 600.0) -> dict[str, Any]:
-        self.spawn()
-        return self.hello(timeout_s)
-
-    def spawn(self) -> None:
-        self.starts += 1
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.work_dir / f"lane-{self.starts}.log"
-        channel, theirs = Channel.pair()
-        env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
-               "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
-        if self.hide_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        elif self.index > 0:
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness.lane", str(theirs.fileno())], cwd=REPO_ROOT,
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=child_env(env), start_new_session=True, pass_fds=(theirs.fileno(),))
-        theirs.close()
-        self.channel = channel
-
-    def hello(self, timeout_s: float = 600.0) -> dict[str, Any]:
-        got = self._receive(timeout_s)
-        if got.get("op") != "hello":
-            raise LaneDied(f"lane {self.index} did not start", tail(self.log_path))
-        self.info = got
-        return got
-
-    def _receive(self, timeout_s: float) -> dict[str, Any]:
-        try:
-            got = self.channel.recv(timeout=timeout_s)
-        except (ChannelClosed, ProtocolError) as exc:
-            self.kill()
-            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
-        if got is None:
-            self.kill()
-            raise LaneDied(f"lane {self.index} gave no answer within {timeout_s:g} s and was killed",
-                           tail(self.log_path))
-        return got[0]
-
-    def validate(self, pairs: list[Pair], extra: dict[str, list], where: str) -> None:
-        """The lane loads each problem file (the runner never imports torch); BadInput on a defect."""
-        files = {str(p.problem.path): extra.get(p.problem.id, []) for p in pairs}
-        self.channel.send({"op": "validate", "where": where,
-                           "problems": [{"path": path, "extra": shapes} for path, shapes in files.items()]})
-        got = self._receive(600.0)
-        if got.get("error"):
-            raise BadInput(*got["error"])
-
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        try:
-            self.channel.send({"op": "pair", "job": job})
-        except ChannelClosed as exc:
-            self.kill()
-            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
-        got = self._receive(timeout_s)
-        if got.get("op") != "result":
-            self.kill()
-            raise LaneDied(f"lane {self.index} answered {got.get('op')!r}", tail(self.log_path))
-        return got["result"]
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            self.channel.send({"op": "stop"})
-            self.proc.wait(timeout=30)
-        except (ChannelClosed, subprocess.TimeoutExpired):
-            self.kill()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-        if self.channel is not None:
-            self.channel.close()
 
 
 class Schedule:
@@ -190,29 +86,6 @@ def _describe(result: EvalResult) -> str:
                      f"{'ref' if t['baseline'] == 'reference' else 'ref (TF32 off)'} ({t['speedup']:.2f}x)")
     parts.append(result.message)
     return "  ".join(parts)
-
-
-def gpu_ids(count: int) -> list[str]:
-    visible = [s.strip() for s in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if s.strip()]
-    return visible[:count] if visible else [str(i) for i in range(count)]
-
-
-class Lanes:
-    """A run's lanes. The first is started at once (it imports torch and starts its workers while
-    the caller still reads the problem files); the others once it has said how many GPUs there are."""
-
-    def __init__(self, cfg: Config):
-        self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
-        self.hide = cfg.device == "cpu"
-        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide)
-        self.first.spawn()
-        self.all = [self.first]
-
-    def close(self) -> None:
-        for lane in self.all:
-            lane.stop()
-        if not os.environ.get("KB_KEEP_WORK"):  # set it to keep the lanes' and workers' logs
-            shutil.rmtree(self.work, ignore_errors=True)
 
 
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
@@ -374,43 +247,4 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         for log in sorted(lane.work_dir.glob("lane-*.log")):
             logs.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
-    return results
-
-
-def compile_solutions(files: list[Path], cfg: Config, *, arch: str = "9.0", jobs: int | None = None,
-                      out: Callable[[str], None] = print) -> list[dict]:
-    """Compile-only: import each solution in a worker whose load_inline compiles the object files
-    (CUDA with nvcc, C++ with the host compiler) and loads nothing. No GPU is needed or used.
-    Each item: {"path", "status", "message", "detail", "extensions"}."""
-    from .compile_only import cuda_home
-    from .isolation import run_module
-    cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cores = os.cpu_count() or 1
-    workers = max(1, min(jobs or cfg.build.jobs or cores, len(files) or 1))
-    env = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch,
-           "MAX_JOBS": str(max(1, cores // workers))}
-    if cuda_home():
-        env["CUDA_HOME"] = cuda_home()
-
-    def one(path: Path) -> dict:
-        request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
-                   "cache_dir": str(cache_dir)}
-        with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
-            outcome = run_module("harness.worker", request, Path(work), limit_s=cfg.timeouts.run_s,
-                                 phase_limits={"build": cfg.timeouts.build_s}, env=env)
-        failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
-        builds = outcome.all("build")
-        item = {"path": problems._display(Path(path)), "extensions": [b.get("name") for b in builds]}
-        if failed:
-            status, message, detail, _ = failed
-            item.update(status=status.value, message=message, detail=detail)
-        else:
-            names = ", ".join(item["extensions"]) or "no load_inline call"
-            item.update(status="ok", message=f"compiled ({names})", detail="")
-        out(f"{item['path']}: {item['status']}: {item['message']}")
-        return item
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, files))
     return results

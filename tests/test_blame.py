@@ -14,7 +14,7 @@ from harness.blame import blame, for_solution
 from harness.config import parse_override
 from harness.errors import BadInput
 from harness.worker import classify
-from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+from conftest import FIXTURES, FIXTURE_SOLUTIONS
 
 
 def raised(fn, *args, **kwargs) -> BaseException:

@@ -5,7 +5,8 @@ import pytest
 from harness.compile_only import find_nvcc
 from harness.config import load_config, with_overrides
 from harness.problems import problem_from_path
-from harness.runner import compile_solutions, evaluate
+from harness.compile_only import compile_solutions
+from harness.runner import evaluate
 from harness.solutions import Pair, solution_files, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 

@@ -1,12 +1,9 @@
 """The CI gate: the regression rule on fixture baselines, JUnit parsed back, the step summary, and
 run_eval.py check end to end on the CPU (exit codes, skipped never passing)."""
-import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-
-import pytest
 
 from harness import REPO_ROOT, gate
 from harness.results import EvalResult, Status

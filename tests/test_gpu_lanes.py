@@ -1,7 +1,5 @@
 """GPU lanes (skipped without CUDA): a hung kernel reported in seconds, outputs rewritten after
 forward returns caught on the device, one lane per GPU."""
-import time
-
 import pytest
 import torch
 

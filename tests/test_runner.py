@@ -4,7 +4,8 @@ import threading
 import time
 from types import SimpleNamespace
 
-from harness.runner import Schedule, gpu_ids
+from harness.laneproc import gpu_ids
+from harness.runner import Schedule
 
 
 def run(problem: str):

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from harness import leaderboard, standings
-from harness.errors import BadInput
+from harness import standings
 from harness.results import EvalResult, Status
 from harness.store import Store
 from run_eval import main

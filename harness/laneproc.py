@@ -1,0 +1,143 @@
+"""The runner's side of a lane (harness/lane.py): the lane process, its channel, and the set of a
+run's lanes, one per GPU. Start a lane from the thread that will wait for it: the lane dies with
+that thread (PR_SET_PDEATHSIG)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import REPO_ROOT
+from .channel import Channel, ChannelClosed, ProtocolError
+from .config import Config
+from .errors import BadInput
+from .isolation import child_env, tail
+from .solutions import Pair
+
+
+class LaneDied(Exception):
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+
+class LaneProc:
+    """A lane process and the runner's end of its channel. Start it from the thread that will
+    wait for it: the lane dies with that thread (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool):
+        self.index, self.gpu, self.device = index, gpu, device
+        self.work_dir = Path(work_dir) / f"lane{index}"
+        self.hide_gpus = hide_gpus
+        self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.info: dict[str, Any] = {}
+        self.starts = 0
+
+    def start(self, timeout_s: float = 600.0) -> dict[str, Any]:
+        self.spawn()
+        return self.hello(timeout_s)
+
+    def spawn(self) -> None:
+        self.starts += 1
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.work_dir / f"lane-{self.starts}.log"
+        channel, theirs = Channel.pair()
+        env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
+               "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
+        if self.hide_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.index > 0:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "harness.lane", str(theirs.fileno())], cwd=REPO_ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=child_env(env), start_new_session=True, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.channel = channel
+
+    def hello(self, timeout_s: float = 600.0) -> dict[str, Any]:
+        got = self._receive(timeout_s)
+        if got.get("op") != "hello":
+            raise LaneDied(f"lane {self.index} did not start", tail(self.log_path))
+        self.info = got
+        return got
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            got = self.channel.recv(timeout=timeout_s)
+        except (ChannelClosed, ProtocolError) as exc:
+            self.kill()
+            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
+        if got is None:
+            self.kill()
+            raise LaneDied(f"lane {self.index} gave no answer within {timeout_s:g} s and was killed",
+                           tail(self.log_path))
+        return got[0]
+
+    def validate(self, pairs: list[Pair], extra: dict[str, list], where: str) -> None:
+        """The lane loads each problem file (the runner never imports torch); BadInput on a defect."""
+        files = {str(p.problem.path): extra.get(p.problem.id, []) for p in pairs}
+        self.channel.send({"op": "validate", "where": where,
+                           "problems": [{"path": path, "extra": shapes} for path, shapes in files.items()]})
+        got = self._receive(600.0)
+        if got.get("error"):
+            raise BadInput(*got["error"])
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        try:
+            self.channel.send({"op": "pair", "job": job})
+        except ChannelClosed as exc:
+            self.kill()
+            raise LaneDied(f"lane {self.index} died ({exc})", tail(self.log_path)) from None
+        got = self._receive(timeout_s)
+        if got.get("op") != "result":
+            self.kill()
+            raise LaneDied(f"lane {self.index} answered {got.get('op')!r}", tail(self.log_path))
+        return got["result"]
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.channel.send({"op": "stop"})
+            self.proc.wait(timeout=30)
+        except (ChannelClosed, subprocess.TimeoutExpired):
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if self.channel is not None:
+            self.channel.close()
+
+
+def gpu_ids(count: int) -> list[str]:
+    visible = [s.strip() for s in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if s.strip()]
+    return visible[:count] if visible else [str(i) for i in range(count)]
+
+
+class Lanes:
+    """A run's lanes. The first is started at once (it imports torch and starts its workers while
+    the caller still reads the problem files); the others once it has said how many GPUs there are."""
+
+    def __init__(self, cfg: Config):
+        self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
+        self.hide = cfg.device == "cpu"
+        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide)
+        self.first.spawn()
+        self.all = [self.first]
+
+    def close(self) -> None:
+        for lane in self.all:
+            lane.stop()
+        if not os.environ.get("KB_KEEP_WORK"):  # set it to keep the lanes' and workers' logs
+            shutil.rmtree(self.work, ignore_errors=True)
