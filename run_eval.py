@@ -51,6 +51,8 @@ def selection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-dir", help="override the config's results_dir")
     p.add_argument("--jobs", type=int, help="parallel build workers (default: config build.jobs)")
     p.add_argument("--gpus", help="evaluation lanes, one per GPU: a number or 'all' (default: config gpus, 1)")
+    p.add_argument("--cluster", metavar="local|ray|ray://HOST:PORT",
+                   help="where the lanes run: this host (default), a local Ray instance (ray), or a Ray cluster")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set timing.min_samples=20")
 
@@ -206,8 +208,21 @@ def configured(args, **extra) -> Config:
         if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
             raise BadInput("--gpus", f"expected a number of GPUs >= 1 or 'all', got {args.gpus!r}")
         overrides["gpus"] = "all" if args.gpus == "all" else int(args.gpus)
+    if args.cluster is not None:
+        if args.cluster == "local":
+            overrides["cluster"] = "local"
+        elif args.cluster == "ray" or args.cluster.startswith("ray://") or args.cluster == "ray:auto":
+            overrides["cluster"] = "ray"
+            if args.cluster != "ray":
+                overrides["ray.address"] = "auto" if args.cluster == "ray:auto" else args.cluster
+        else:
+            raise BadInput("--cluster", f"expected local, ray, ray:auto or ray://HOST:PORT, got {args.cluster!r}")
     overrides.update(extra)
-    return with_overrides(cfg, overrides) if overrides else cfg
+    cfg = with_overrides(cfg, overrides) if overrides else cfg
+    if cfg.cluster == "ray":
+        from harness.cluster import ray_module
+        ray_module()  # one line naming what to install when Ray is missing
+    return cfg
 
 
 def selected_pairs(args) -> list:

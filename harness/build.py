@@ -71,19 +71,17 @@ def write_manifest(cache_root: Path, solution, torch_version: str, arch: str, de
     os.replace(tmp, path)
 
 
-def read_manifest(cache_root: Path, solution, torch_version: str, arch: str, device: str) -> dict[str, Any] | None:
-    """The manifest of an earlier build step of the same sources, if every library it built is
-    still in the cache; then the build step need not run again (a solution that builds anything
-    else on import still builds it, in the worker)."""
+def read_manifest(cache_root: Path, solution, torch_version: str, arch: str, device: str,
+                  present: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The manifest of an earlier build step of the same sources, if `present` says that what it
+    built is still where the lanes look for it; then the build step need not run again (a solution
+    that builds anything else on import still builds it, in the worker)."""
     path = _manifest_path(cache_root, solution, torch_version, arch, device)
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    for ext in manifest.get("extensions", []):
-        if not ext.get("ok") or not ext.get("dir") or not any(Path(ext["dir"]).glob(f"{ext.get('name')}*.so")):
-            return None
-    return manifest
+    return manifest if present(manifest) else None
 
 
 def default_cache_dir() -> Path:

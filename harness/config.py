@@ -85,9 +85,15 @@ class BuildConfig:
 
 
 @dataclass(frozen=True)
+class RayConfig:
+    address: str = ""          # "" = start a local Ray instance; "auto" = the cluster this node is in; "ray://HOST:PORT"
+
+
+@dataclass(frozen=True)
 class Config:
     device: str = "auto"       # auto | cuda | cpu
     gpus: int = 1              # evaluation lanes, one per GPU; 0 = every GPU of the host (--gpus all)
+    cluster: str = "local"     # local (this host's lanes) | ray (lanes and builds on a Ray cluster, harness/cluster.py)
     seed: int = 0              # base seed; init and trial seeds derive from it
     secret_seed: int = -1      # mixed into input seeds; -1 = a fresh random secret per run (recorded)
     results_dir: str = "results"
@@ -96,6 +102,7 @@ class Config:
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     build: BuildConfig = field(default_factory=BuildConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     source: str = "<defaults>"  # file the config came from (not a YAML key)
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,6 +180,8 @@ def validate(cfg: Config) -> Config:
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
     if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:
         raise BadInput(where, "timeouts must be > 0 seconds (and timeouts.call_factor > 0)")
+    if cfg.cluster not in ("local", "ray"):
+        raise BadInput(where, f"cluster must be 'local' or 'ray', got {cfg.cluster!r}")
     if cfg.gpus < 0:
         raise BadInput(where, f"gpus must be a number of GPUs >= 1 or 'all', got {cfg.gpus}")
     if not 0 <= c.truth_cache_fraction <= 0.9:

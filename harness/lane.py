@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -81,12 +82,15 @@ class Watch:
 
 
 class Lane:
-    def __init__(self, channel: Channel, pool: WorkerPool, info: dict[str, Any], work_dir: Path):
+    def __init__(self, pool: WorkerPool, info: dict[str, Any], work_dir: Path):
         from .judge import Judge
-        self.channel, self.pool, self.info, self.work_dir = channel, pool, info, work_dir
+        self.pool, self.info, self.work_dir = pool, info, work_dir
         self.device = info["device"]
         self.env = collect(self.device)
-        self.env["lane"] = {"gpu": os.environ.get("KB_LANE_GPU", ""), "index": int(os.environ.get("KB_LANE_INDEX", 0))}
+        self.env["lane"] = {"gpu": os.environ.get("KB_LANE_GPU", ""), "index": int(os.environ.get("KB_LANE_INDEX", 0)),
+                            "node": socket.gethostname()}
+        if "gpu_name" in info:
+            self.env["gpu_name"] = info["gpu_name"]  # the GPU that measured, whatever the run's first lane had
         self.judge = Judge(self.device, self.cache_bytes(0.3))
         self.refs: dict[tuple, dict[str, Any]] = {}
 
@@ -291,14 +295,10 @@ def validate(message: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def main(argv: list[str]) -> None:
-    die_with_parent()
-    channel = Channel.from_fd(int(argv[1]))
-    work_dir = Path(os.environ["KB_LANE_DIR"])
-    requested = os.environ.get("KB_LANE_DEVICE", "auto")
-    gpu = os.environ.get("KB_LANE_GPU", "")
+def open_lane(work_dir: Path, requested: str, gpu: str) -> Lane:
+    """A lane on this process's first visible device (`gpu`: its id for the spares). The spares
+    start importing at once, while this process imports torch and probes the device."""
     spare_env = {"CUDA_VISIBLE_DEVICES": gpu} if requested != "cpu" else {"CUDA_VISIBLE_DEVICES": ""}
-    # spares start importing now, while this process does too
     # spares kept ready: on a GPU enough to follow pairs of a few seconds each, one per three cores
     spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
     pool = WorkerPool(work_dir / "workers", spare_env, size=spares)
@@ -308,11 +308,24 @@ def main(argv: list[str]) -> None:
         if info["device"] == "cuda":
             import torch
             torch.cuda.set_device(0)
-        channel.send({"op": "hello", **info})
-        lane = Lane(channel, pool, info, work_dir)
+        return Lane(pool, info, work_dir)
+    except BaseException:
+        pool.close()
+        raise
+
+
+def main(argv: list[str]) -> None:
+    """The lane as a process of the runner's, driven over the channel FD."""
+    die_with_parent()
+    channel = Channel.from_fd(int(argv[1]))
+    lane = None
+    try:
+        lane = open_lane(Path(os.environ["KB_LANE_DIR"]), os.environ.get("KB_LANE_DEVICE", "auto"),
+                         os.environ.get("KB_LANE_GPU", ""))
+        channel.send({"op": "hello", **lane.info})
         while True:
             got = channel.recv(timeout=0.2)
-            pool.tick()
+            lane.pool.tick()
             if got is None:
                 continue
             message = got[0]
@@ -328,7 +341,8 @@ def main(argv: list[str]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
     finally:
-        pool.close()
+        if lane is not None:
+            lane.pool.close()
     sys.stdout.flush()
     os._exit(0)
 

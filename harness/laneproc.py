@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -126,15 +127,48 @@ def gpu_ids(count: int) -> list[str]:
 
 
 class Lanes:
-    """A run's lanes. The first is started at once (it imports torch and starts its workers while
-    the caller still reads the problem files); the others once it has said how many GPUs there are."""
+    """A run's lanes on this host, one per GPU. The first is started at once (it imports torch and
+    starts its workers while the caller goes on); the others once it has said how many GPUs there
+    are. A cluster's lanes (harness/cluster.py) answer the same calls."""
+
+    where = "this machine"
 
     def __init__(self, cfg: Config):
+        self.cfg = cfg
         self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
         self.hide = cfg.device == "cpu"
         self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide)
         self.first.spawn()
         self.all = [self.first]
+
+    def capacity(self, info: dict[str, Any]) -> int:
+        """How many lanes there can be: one per GPU; one on the CPU."""
+        return info.get("gpu_count", 0) if info["device"] == "cuda" else 1
+
+    def add(self, count: int, info: dict[str, Any]) -> None:
+        ids = gpu_ids(count) if info["device"] == "cuda" else [""]
+        self.all += [LaneProc(i, ids[i], self.cfg.device, self.work, self.hide) for i in range(1, len(ids))]
+
+    def build_slots(self) -> int:
+        """Builds at once: the cores the lanes leave."""
+        return max(1, (os.cpu_count() or 1) - len(self.all))
+
+    def describe(self, lane: LaneProc) -> dict[str, Any]:
+        """Where a lane ran, for run.json."""
+        return {"index": lane.index, "gpu": lane.gpu, "gpu_name": lane.info.get("gpu_name", ""),
+                "node": socket.gethostname()}
+
+    def build(self, run) -> Any:
+        """The pair's build step (an EvalResult when the pair ends there, else None)."""
+        return run.run_build()
+
+    def built(self, manifest: dict[str, Any]) -> bool:
+        """Whether a build manifest's libraries are where the lanes will look for them."""
+        return all(ext.get("ok") and ext.get("dir") and any(Path(ext["dir"]).glob(f"{ext.get('name')}*.so"))
+                   for ext in manifest.get("extensions", []))
+
+    def artifacts(self, run) -> dict[str, Any]:
+        return {}  # the lanes share this host's build cache
 
     def close(self) -> None:
         for lane in self.all:

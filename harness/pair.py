@@ -33,13 +33,28 @@ def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
                          f"timeouts.first_call_s={t['first_call_s']:g} s)"}
 
 
+def sources_changed(job: dict[str, Any]) -> str | None:
+    """The problem or solution file (or a helper of it) whose content here is not what the driver
+    hashed when the run began: results are recorded under those hashes, so they must hold."""
+    from .problems import file_sha256
+    from .solutions import sources_sha256
+    try:
+        if file_sha256(Path(job["problem_path"])) != job["problem"]["sha256"]:
+            return job["problem_path"]
+        if sources_sha256(Path(job["solution_path"])) != job["solution"]["sources_sha256"]:
+            return job["solution_path"]
+    except OSError as exc:
+        return f"{exc.filename or job['solution_path']} ({exc.strerror})"
+    return None
+
+
 def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     start = time.monotonic()
     cfg = job["config"]
     phases: dict[str, float] = {"build_s": job["build_s"]} if job["build_s"] else {}
     spent = {"gpu_s": 0.0}
     gpu = gpu_now() if lane.device == "cuda" else {}
-    env = {**lane.env, **job["env"]}
+    env = {**job["env"], **lane.env, "git": job["env"]["git"]}  # the lane's facts; the driver's commit
     if gpu:
         env["gpu"] = {**env.get("gpu", {}), **gpu}
     lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
@@ -48,6 +63,11 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         return assemble(job, status, message, detail, phase, phases=phases, gpu_s=spent["gpu_s"],
                         own_s=job["build_s"] + time.monotonic() - start, env=env, **fields)
 
+    changed = sources_changed(job)
+    if changed:
+        return result(Status.HARNESS_ERROR, f"{changed} on {lane.env['lane']['node']} is not the file the run "
+                                            f"started with (changed since, or on a cluster a node whose checkout "
+                                            f"differs from the driver's); not evaluated", phase="judge")
     try:
         problem = lane.judge.problem(Path(job["problem_path"]), job["problem"]["sha256"])
         t0 = time.monotonic()

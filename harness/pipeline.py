@@ -117,6 +117,7 @@ class PairRun:
         self.work_dir = ctx.work_root / f"{pair.problem.id}__{pair.solution.name}"
         self.seeds = ctx.seeds_for(pair)
         self.attempts = 0               # lanes that took it (one more after a lane died)
+        self.extensions: list[dict[str, Any]] = []  # what its build step built (or an earlier one, per the manifest)
 
     def run_build(self) -> EvalResult | None:
         """Build step, with the GPU hidden; a result when the pair ends here (build/load error,
@@ -127,6 +128,7 @@ class PairRun:
                              env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""})
         self.build_s = outcome.wall_s
         self.build = build_info(outcome)
+        self.extensions = self.build["extensions"]
         failed = failure(outcome, limit_hint(outcome))
         if failed is None or failed[0] is Status.SKIPPED:
             write_manifest(self.ctx.cache_dir, self.pair.solution, self.ctx.torch_version, self.ctx.arch,

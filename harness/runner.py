@@ -25,7 +25,7 @@ from .build import default_cache_dir, read_manifest
 from .config import Config
 from .env import git_info
 from .errors import BadInput
-from .laneproc import LaneDied, LaneProc, Lanes, gpu_ids
+from .laneproc import LaneDied, LaneProc, Lanes
 from .leaderboard import summary
 from .pipeline import PairRun, RunContext, assemble
 from .progress import Progress
@@ -88,42 +88,49 @@ def _describe(result: EvalResult) -> str:
     return "  ".join(parts)
 
 
+def open_lanes(cfg: Config):
+    """This host's lanes, or a Ray cluster's (`cluster: ray`)."""
+    if cfg.cluster == "ray":
+        from .cluster import RayLanes
+        return RayLanes(cfg)
+    return Lanes(cfg)
+
+
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
              out: Callable[[str], None] = print, lanes: Lanes | None = None) -> list[EvalResult]:
-    """Evaluate the pairs; `lanes`, when given, were started earlier (Lanes(cfg)) and are closed here."""
+    """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here."""
     cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    lanes = lanes or Lanes(cfg)
+    lanes = lanes or open_lanes(cfg)
     try:
-        first, hide, work = lanes.first, lanes.hide, lanes.work
+        first = lanes.first
         try:
             info = first.hello()
         except LaneDied as exc:
             raise RuntimeError(f"the evaluation lane could not start: {exc}\n{exc.detail}") from None
         if cfg.device == "cuda" and not info["has_cuda"]:
             raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
-        device = info["device"]
-        count = info.get("gpu_count", 0) if device == "cuda" else 1
+        count = lanes.capacity(info)
         wanted = cfg.gpus or count
-        if device != "cuda" and cfg.gpus > 1:
-            raise BadInput("--gpus", f"{cfg.gpus} lanes need CUDA devices; this run is on the CPU")
+        if info["device"] != "cuda" and cfg.gpus > count:
+            raise BadInput("--gpus", f"{cfg.gpus} lanes need CUDA devices; this run is on the CPU"
+                                     + ("" if count == 1 else f" and {lanes.where} has room for {count} CPU lanes"))
         if wanted > count:
-            raise BadInput("--gpus", f"{wanted} GPUs requested, this machine has {count}"
+            raise BadInput("--gpus", f"{wanted} GPUs requested, {lanes.where} has {count}"
                                      + (f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']})"
-                                        if os.environ.get("CUDA_VISIBLE_DEVICES") else ""))
+                                        if os.environ.get("CUDA_VISIBLE_DEVICES") and cfg.cluster != "ray" else ""))
         extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes) for p in pairs}
         first.validate(pairs, extra, cfg.source)
-        ids = gpu_ids(wanted) if device == "cuda" else [""]
-        lanes.all += [LaneProc(i, ids[i], cfg.device, work, hide) for i in range(1, len(ids))]
-        return _run(pairs, cfg, run_id, resume, out, info, lanes.all, cache_dir, work, extra)
+        lanes.add(wanted, info)
+        return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra)
     finally:
         lanes.close()
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
-         info: dict[str, Any], lanes: list[LaneProc], cache_dir: Path, work: Path,
-         extra: dict[str, list]) -> list[EvalResult]:
+         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list]) -> list[EvalResult]:
     device = info["device"]
+    lanes = fleet.all
     store = Store(cfg.results_dir, run_id)
     base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
     done: dict[str, EvalResult] = {}
@@ -137,22 +144,22 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
     store.write_manifest({"run_id": run_id, "device": device, "arch": info["arch"], "config": cfg.to_dict(),
                           "config_file": cfg.source, "pairs": [f"{p.problem.id}__{p.solution.name}" for p in pairs],
-                          "git": base_env["git"], "lanes": [lane.gpu for lane in lanes],
+                          "git": base_env["git"], "cluster": cfg.cluster, "lanes": [lane.gpu for lane in lanes],
                           "gpu_names": info.get("gpu_names", [])[:len(lanes)] if device == "cuda" else []})
     if done:
         out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
     store.write_manifest({"secret_seed": secret})
     total = len(pairs)
     cores = os.cpu_count() or 1
-    jobs = cfg.build.jobs or max(1, cores - len(lanes))
+    jobs = cfg.build.jobs or fleet.build_slots()
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
-                     work_root=work / "pairs", secret=secret,
+                     work_root=fleet.work / "pairs", secret=secret,
                      build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra)
     runs = [PairRun(ctx, p) for p in pending]
     lock = threading.Lock()
-    manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device)
-                 for run in runs}
+    manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device,
+                                        present=fleet.built) for run in runs}
     to_build = [run for run in runs if manifests[id(run)] is None]
     if pending:
         workers = max(1, min(jobs, len(to_build) or 1))
@@ -174,6 +181,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     schedule = Schedule({id(r): i for i, r in enumerate(runs)})
     for run in runs:
         manifest = manifests[id(run)]
+        if manifest is not None:
+            run.extensions = manifest.get("extensions", [])
         if manifest is not None and manifest.get("skipped"):
             record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
                             own_s=0.0))
@@ -183,7 +192,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
 
     def build(run: PairRun) -> None:
         try:
-            result = run.run_build()
+            result = fleet.build(run)
         except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
             result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
                               phases={}, gpu_s=0.0, own_s=run.build_s)
@@ -208,7 +217,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                 return
             last = run.pair.problem.id
             run.attempts += 1
-            job = {**run.job(), "more": schedule.more()}
+            job = {**run.job(), "more": schedule.more(), "artifacts": fleet.artifacts(run)}
             started = time.monotonic()
             try:
                 result = EvalResult.from_dict(lane.run(job, backstop))
@@ -217,9 +226,10 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                 if run.attempts < 2:
                     schedule.put(run)
                 else:
-                    record(assemble(job, Status.HARNESS_ERROR, f"the evaluation lane died twice while evaluating "
-                                    f"this pair: {exc}", exc.detail, phase="judge", phases={"build_s": run.build_s},
-                                    gpu_s=0.0, own_s=run.build_s + time.monotonic() - started))
+                    job.pop("artifacts", None)
+                    record(assemble(job, Status.CRASHED, f"the lane evaluating this pair died twice: {exc}",
+                                    exc.detail, phase="judge", phases={"build_s": run.build_s}, gpu_s=0.0,
+                                    own_s=run.build_s + time.monotonic() - started))
                 try:
                     lane.start()
                 except LaneDied as again:
@@ -241,7 +251,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                         phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))
     progress.close()
     results = [done[k] for k in sorted(done)]
-    store.write_manifest({"summary": summary(results)})
+    store.write_manifest({"summary": summary(results), "lanes_seen": [fleet.describe(lane) for lane in lanes]})
     logs = store.dir / "logs"  # the lanes' own logs (each pair's worker log tail is in its result)
     for lane in lanes:
         for log in sorted(lane.work_dir.glob("lane-*.log")):

@@ -39,7 +39,9 @@ def gpu_of(result: EvalResult) -> str:
     gpu = (result.env or {}).get("gpu") or {}
     if gpu.get("name"):
         return str(gpu["name"])
-    return "CPU" if (result.env or {}).get("device") == "cpu" or not gpu else "unknown GPU"
+    if (result.env or {}).get("gpu_name"):  # a pair that ended before a lane took it: the run's GPU
+        return str(result.env["gpu_name"])
+    return "CPU" if (result.env or {}).get("device") == "cpu" else "unknown GPU"
 
 
 def commit_of(result: EvalResult) -> str:

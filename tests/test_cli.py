@@ -69,20 +69,35 @@ def test_unknown_flag_value_is_usage_error(tmp_path):
     assert rc == 2 and "invalid choice" in err
 
 
-NO_NUMPY = """
-import sys
-sys.modules["numpy"] = None  # as if it were not installed: import fails, importlib.util.find_spec says None
-"""
+def without(module, tmp_path, *args):
+    """run_eval.py as if `module` were not installed (import fails, importlib.util.find_spec says None)."""
+    blocker = tmp_path / "block"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=600, env={**os.environ, "PYTHONPATH": str(blocker)})
 
 
 def test_the_cpu_example_needs_no_numpy(tmp_path):
     # matplotlib (the leaderboard's plot) brings numpy along; the harness itself must not need it
-    blocker = tmp_path / "block"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(NO_NUMPY)
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), "--problem", "elementwise_add",
-                           "--solution", "cpp_add", "--config", FAST, "--results-dir", str(tmp_path / "r")],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(blocker)})
+    proc = without("numpy", tmp_path, "--problem", "elementwise_add", "--solution", "cpp_add", "--config", FAST,
+                   "--results-dir", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " ok " in proc.stdout
+
+
+def test_cluster_ray_without_ray_is_one_line_naming_what_to_install(tmp_path):
+    proc = without("ray", tmp_path, "--problem", "elementwise_add", "--cluster", "ray",
+                   "--results-dir", str(tmp_path / "r"))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "pip install -r requirements-ray.txt" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_unknown_cluster_is_one_line(tmp_path):
+    rc, _, err = cli("--problem", "elementwise_add", "--cluster", "slurm", "--results-dir", str(tmp_path / "r"),
+                     tmp_path=tmp_path)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "--cluster" in lines[0] and "'slurm'" in lines[0], err
+    assert not (tmp_path / "r").exists()

@@ -2,7 +2,6 @@
 message (file:line in the solution, the compiler's error, a hint, the shape, the pattern)."""
 import pytest
 
-from harness import REPO_ROOT
 from harness.config import load_config, with_overrides
 from harness.problems import problem_from_path
 from harness.results import Status

@@ -1,7 +1,6 @@
 """load_inline knowledge without compiling: misuse checks, generated-file layout, mapping a
 compiler error back to the solution file, hints."""
 import textwrap
-from pathlib import Path
 
 from harness.inline import Layout, check_call, describe_build_error, hint_for, origin
 

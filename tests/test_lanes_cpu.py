@@ -1,5 +1,6 @@
 """The lanes on the CPU: outputs taken when forward returns, a limit per call, ground truth and
 reference timings shared by a run's pairs, phase times, --gpus as bad input, kill -9 and resume."""
+import functools
 import json
 import os
 import signal
@@ -85,12 +86,18 @@ def test_gpus_beyond_the_machine_is_bad_input(tmp_path, gpus, expected):
     assert not any(tmp_path.iterdir())
 
 
-def _processes_with(marker: str) -> list[int]:
+# Ray's own node agents: once their raylet is gone they report its death to the (dead) GCS, which takes
+# them up to a minute of retries, then exit. They run no code of the harness or of a solution.
+RAY_AGENTS = (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")
+
+
+def _processes_with(marker: str, but: tuple[bytes, ...] = ()) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if marker.encode() in (entry / "environ").read_bytes():
+                if marker.encode() in (entry / "environ").read_bytes() and \
+                        not (but and (entry / "cmdline").read_bytes().startswith(but)):
                     state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
                     if state not in ("Z", "X"):
                         found.append(int(entry.name))
@@ -105,9 +112,9 @@ RUN = textwrap.dedent("""
     from harness.problems import problem_from_path
     from harness.runner import evaluate
     from harness.solutions import Pair, solution_from_path
-    results_dir, resume, *paths = sys.argv[1:]
+    results_dir, resume, cluster, *paths = sys.argv[1:]
     cfg = with_overrides(load_config({fast!r}), {{"results_dir": results_dir, "timeouts.call_s": 60,
-                                                 "timeouts.first_call_s": 60}})
+                                                 "timeouts.first_call_s": 60, "cluster": cluster}})
     problem = problem_from_path({problem!r})
     pairs = [Pair(problem, solution_from_path(p)) for p in paths]
     evaluate(pairs, cfg, run_id="killed", resume=resume == "1", out=lambda line: print(line, flush=True))
@@ -115,12 +122,16 @@ RUN = textwrap.dedent("""
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc and PR_SET_PDEATHSIG")
-def test_a_run_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path):
+@pytest.mark.parametrize("cluster", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_a_run_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path, cluster):
+    """Also on Ray (a local instance of the run's own): its processes share the driver's fate."""
+    if cluster == "ray":
+        pytest.importorskip("ray")
     marker = f"KB_TEST_MARKER={uuid.uuid4().hex}"
     script = RUN.format(fast=str(FIXTURES / "configs" / "fast.yaml"), problem=str(ADD_PROBLEM))
     paths = [str(FIXTURE_SOLUTIONS / "cpp_ok.py"), str(FIXTURE_SOLUTIONS / "cpp_hang.py")]
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1], "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), "0", *paths], cwd=REPO_ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), "0", cluster, *paths], cwd=REPO_ROOT, env=env,
                             stdout=subprocess.PIPE, text=True)
     done = tmp_path / "killed" / "elementwise_add__cpp_ok.json"
     deadline = time.monotonic() + 240
@@ -131,15 +142,20 @@ def test_a_run_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path):
     assert _processes_with(marker.split("=")[1])
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    ours = functools.partial(_processes_with, marker.split("=")[1], RAY_AGENTS)
     deadline = time.monotonic() + 20
-    while _processes_with(marker.split("=")[1]) and time.monotonic() < deadline:
+    while ours() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _processes_with(marker.split("=")[1]), "a lane or worker outlived the killed run"
+    assert not ours(), "a lane or worker outlived the killed run"
     first = json.loads(done.read_text())
-    rerun = subprocess.run([sys.executable, "-c", script, str(tmp_path), "1", paths[0]], cwd=REPO_ROOT,
+    rerun = subprocess.run([sys.executable, "-c", script, str(tmp_path), "1", cluster, paths[0]], cwd=REPO_ROOT,
                            env={**env, "KB_TEST_MARKER": "resumed"}, capture_output=True, text=True, timeout=300)
     assert "1 pair(s) already recorded, 0 to run" in rerun.stdout, rerun.stdout + rerun.stderr
     assert json.loads(done.read_text()) == first  # not redone
+    deadline = time.monotonic() + 120
+    while _processes_with(marker.split("=")[1]) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _processes_with(marker.split("=")[1]), "Ray's agents outlived the killed run by two minutes"
 
 
 def test_a_reference_timing_older_than_its_limit_is_measured_again(tmp_path):
@@ -160,5 +176,19 @@ def test_a_solution_that_kills_its_lane_loses_no_other_pair(tmp_path):
     results = {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="killer", out=lines.append)}
     assert results["cpp_ok"].status is Status.OK
     killer = results["kill_lane"]
-    assert killer.status is Status.HARNESS_ERROR and "died twice" in killer.message, killer.message
+    assert killer.status is Status.CRASHED and "died twice" in killer.message, killer.message
     assert sum(line.startswith("warning: lane 0 died") for line in lines) == 2  # retried once on a new lane
+
+
+def test_a_solution_file_that_differs_from_what_the_driver_hashed_is_not_evaluated(tmp_path):
+    """Results are recorded under the hashes the driver took; a lane that finds other content (a file
+    edited during the run, or a cluster node whose checkout differs) evaluates nothing."""
+    solution = tmp_path / "edited.py"
+    solution.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+                        "        return a + b\n")
+    pair = Pair(problem_from_path(ADD_PROBLEM), solution_from_path(solution))
+    solution.write_text(solution.read_text() + "\n# edited after the run began\n")
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path / "r")})
+    [result] = evaluate([pair], cfg, run_id="edited", out=lambda line: None)
+    assert result.status is Status.HARNESS_ERROR and "is not the file the run started with" in result.message
+    assert str(solution) in result.message and result.phase == "judge"

@@ -66,6 +66,14 @@ def test_latest_result_per_pair_and_one_board_per_gpu(runs):
     assert {standings.gpu_of(e.result) for e in standings.select(entries, gpu="h100")} == {H100}
 
 
+def test_a_pair_that_ended_before_a_lane_took_it_is_on_its_runs_gpu_board():
+    import dataclasses
+    build_error = result("p1", "broken", H200, status="build_error")
+    for env, board in (({"device": "cuda", "gpu_name": H200}, H200),  # the runner's env: no lane's gpu
+                       ({"device": "cuda"}, "unknown GPU"), ({"device": "cpu"}, "CPU")):
+        assert standings.gpu_of(dataclasses.replace(build_error, env=env)) == board
+
+
 def test_fast_p_and_geomean_by_hand(runs):
     rows = standings.summarize(standings.select(standings.gather([runs])))
     fast = summary_of(rows, "fast")
