@@ -61,13 +61,16 @@ class Channel:
         ready, _, _ = select.select([self.sock], [], [], timeout)
         return bool(ready)
 
-    def recv(self, timeout: float | None = None,
-             max_payload: int = 1 << 40) -> tuple[dict[str, Any], bytearray] | None:
-        """The next message and its payload (empty when none); None when nothing arrived within
-        `timeout` seconds (None: wait). A frame once begun must complete within `timeout` too."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def recv(self, timeout: float | None = None, max_payload: int = 1 << 40,
+             frame_s: float | None = None) -> tuple[dict[str, Any], bytearray] | None:
+        """The next message and its payload (empty when none); None when no frame began within
+        `timeout` seconds (None: wait). A frame once begun must complete within `frame_s` seconds of
+        its first byte (default: `timeout`): how long the wait for it to begin took does not count,
+        so a frame that begins at the end of a short poll is not cut off."""
         if not self.readable(timeout):
             return None
+        frame_s = timeout if frame_s is None else frame_s
+        deadline = None if frame_s is None else time.monotonic() + frame_s
         prefix = self._read(_PREFIX.size, deadline)
         header_len, payload_len = _PREFIX.unpack(prefix)
         if header_len > MAX_HEADER_BYTES or payload_len > max_payload:
@@ -85,10 +88,9 @@ class Channel:
         view = memoryview(buf)
         got = 0
         while got < size:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self.readable(left):
-                    raise ProtocolError(f"frame incomplete: {got} of {size} bytes before the time limit")
+            # bytes already waiting are read even at the deadline: only a sender that stalls fails
+            if deadline is not None and not self.readable(max(0.0, deadline - time.monotonic())):
+                raise ProtocolError(f"frame incomplete: {got} of {size} bytes before the time limit")
             try:
                 n = self.sock.recv_into(view[got:], min(size - got, 1 << 24))
             except (ConnectionResetError, OSError) as exc:

@@ -188,7 +188,9 @@ class Lane:
                                       f"the worker was killed")
                 break
             try:
-                got = spare.channel.recv(timeout=max(0.0, min(left, call_left, 0.5)), max_payload=max_payload)
+                # poll every 0.5 s; a frame once begun has what is left of the limits to complete
+                got = spare.channel.recv(timeout=max(0.0, min(left, call_left, 0.5)), max_payload=max_payload,
+                                         frame_s=max(1.0, min(left, call_left)))
             except ChannelClosed:
                 break
             except ProtocolError as exc:
@@ -324,7 +326,7 @@ def main(argv: list[str]) -> None:
                          os.environ.get("KB_LANE_GPU", ""))
         channel.send({"op": "hello", **lane.info})
         while True:
-            got = channel.recv(timeout=0.2)
+            got = channel.recv(timeout=0.2, frame_s=60.0)
             lane.pool.tick()
             if got is None:
                 continue

@@ -2,6 +2,8 @@
 import json
 import socket
 import struct
+import threading
+import time
 
 import pytest
 
@@ -52,3 +54,28 @@ def test_a_frame_left_incomplete_fails_at_the_time_limit():
     a.sock.sendall(struct.pack("!IQ", len(header), 1000) + header + b"partial")
     with pytest.raises(ProtocolError, match="incomplete"):
         b.recv(timeout=0.3)
+
+
+def test_a_frame_that_begins_at_the_end_of_a_short_poll_has_its_own_time_to_complete():
+    """The lane polls its worker every 0.5 s: a frame beginning late in a poll must not be cut
+    off at the poll's end (that once turned a loaded machine's slow worker into 'crashed')."""
+    a, b = pair()
+    header = json.dumps({"event": "output"}).encode()
+    frame = struct.pack("!IQ", len(header), 4) + header + b"data"
+
+    def send_slowly():
+        time.sleep(0.2)
+        a.sock.sendall(frame[:5])
+        time.sleep(0.4)
+        a.sock.sendall(frame[5:])
+
+    sender = threading.Thread(target=send_slowly)
+    sender.start()
+    assert b.recv(timeout=0.3, frame_s=5) == ({"event": "output"}, bytearray(b"data"))
+    sender.join()
+
+
+def test_bytes_already_waiting_are_read_even_with_no_time_left():
+    a, b = pair()
+    a.send({"op": "ack"}, b"x" * 10_000)
+    assert b.recv(timeout=5, frame_s=0) == ({"op": "ack"}, bytearray(b"x" * 10_000))
