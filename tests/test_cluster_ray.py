@@ -35,8 +35,11 @@ def pairs(names):
 
 def verdicts(results):
     """Everything a result says apart from its timings, phases, environment and times of day (a
-    time-out's message names the reference's time; a build's record its seconds)."""
-    return {r.solution["name"]: (r.status, r.phase, r.message if r.status is not Status.TIMEOUT else "", r.correctness,
+    time-out's message names the reference's time; a build's record its seconds; whether ground
+    truth was computed for this pair or reused from one the lane ran before depends on the order
+    the pairs reach the lanes)."""
+    return {r.solution["name"]: (r.status, r.phase, r.message if r.status is not Status.TIMEOUT else "",
+                                 {k: v for k, v in r.correctness.items() if k != "truth"},
                                  r.seeds, r.flags, [{**e, "seconds": 0} for e in r.build["extensions"]])
             for r in results}
 
