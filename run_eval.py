@@ -26,6 +26,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from harness import leaderboard, problems, solutions
 from harness.config import DEVICES, Config, load_config, parse_override, with_overrides
 from harness.errors import BadInput
+from harness.precision import PRECISIONS
 from harness.runner import evaluate
 from harness.store import load_run, new_run_id
 
@@ -53,6 +54,9 @@ def selection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", help="evaluation lanes, one per GPU: a number or 'all' (default: config gpus, 1)")
     p.add_argument("--cluster", metavar="local|ray|ray://HOST:PORT",
                    help="where the lanes run: this host (default), a local Ray instance (ray), or a Ray cluster")
+    p.add_argument("--precision", metavar="fp32|fp16|bf16",
+                   help="cast both models and the floating-point inputs to this dtype (default: config precision, "
+                        "fp32); each precision has its own classes and baselines")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set timing.min_samples=20")
 
@@ -217,6 +221,10 @@ def configured(args, **extra) -> Config:
                 overrides["ray.address"] = "auto" if args.cluster == "ray:auto" else args.cluster
         else:
             raise BadInput("--cluster", f"expected local, ray, ray:auto or ray://HOST:PORT, got {args.cluster!r}")
+    if args.precision is not None:
+        if args.precision not in PRECISIONS:
+            raise BadInput("--precision", f"expected one of {', '.join(PRECISIONS)}, got {args.precision!r}")
+        overrides["precision"] = args.precision
     overrides.update(extra)
     cfg = with_overrides(cfg, overrides) if overrides else cfg
     if cfg.cluster == "ray":
@@ -225,11 +233,12 @@ def configured(args, **extra) -> Config:
     return cfg
 
 
-def selected_pairs(args) -> list:
+def selected_pairs(args, cfg: Config) -> list:
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
-    return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover())
+    return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
+                                  precision=cfg.precision)
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -237,7 +246,7 @@ def cmd_eval(argv: list[str]) -> int:
     if args.resume and not args.run_id:
         raise BadInput("--resume", "needs --run-id naming the run to resume")
     cfg = configured(args)
-    pairs = selected_pairs(args)
+    pairs = selected_pairs(args, cfg)
     run_id = args.run_id or new_run_id()
     results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume)
     print()
@@ -256,7 +265,7 @@ def cmd_check(argv: list[str]) -> int:
     from harness.check import run_check
     args = check_parser().parse_args(argv)
     cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
-    pairs = selected_pairs(args)
+    pairs = selected_pairs(args, cfg)
     verdict = run_check(pairs, cfg, run_id=args.run_id or "check-" + new_run_id(), baseline=args.baseline,
                         max_regression=args.max_regression, allow_skipped=args.allow_skipped, junit=args.junit,
                         jobs=args.jobs, solution_filter=args.solution)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import BadInput
+from .precision import CLASSES, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class CorrectnessConfig:
     # passes fp32 with >= 10x margin; PyTorch's default TF32 passes tf32 with >= 5x, fails fp32
     fp32: Tolerance = field(default_factory=lambda: Tolerance(atol=5e-5, rtol=5e-5, rel_l2=1e-5))
     tf32: Tolerance = field(default_factory=lambda: Tolerance(atol=5e-3, rtol=5e-3, rel_l2=3e-3))
+    # half-precision runs (harness/precision.py): fp32 math rounded once to the dtype passes with
+    # >= 10x margin, PyTorch's cuDNN output with >= 5x; in fp16, bf16 arithmetic fails
+    fp16: Tolerance = field(default_factory=lambda: Tolerance(atol=5e-3, rtol=5e-3, rel_l2=2.4e-3))
+    bf16: Tolerance = field(default_factory=lambda: Tolerance(atol=4e-2, rtol=4e-2, rel_l2=2e-2))
     # extra correctness shapes: problem id, number or family -> list of overrides of the
     # problem's module-level constants, e.g. {"57": [{"batch_size": 1, "height": 17, "width": 33}]}
     extra_shapes: Mapping[str, Any] = field(default_factory=dict)
@@ -94,6 +99,7 @@ class Config:
     device: str = "auto"       # auto | cuda | cpu
     gpus: int = 1              # evaluation lanes, one per GPU; 0 = every GPU of the host (--gpus all)
     cluster: str = "local"     # local (this host's lanes) | ray (lanes and builds on a Ray cluster, harness/cluster.py)
+    precision: str = "fp32"    # fp32 | fp16 | bf16: the dtype of both models and the inputs (harness/precision.py)
     seed: int = 0              # base seed; init and trial seeds derive from it
     secret_seed: int = -1      # mixed into input seeds; -1 = a fresh random secret per run (recorded)
     results_dir: str = "results"
@@ -163,7 +169,7 @@ def validate(cfg: Config) -> Config:
     c, t, o, k = cfg.correctness, cfg.timing, cfg.timeouts, cfg.checks
     if c.trials < 1 or c.extra_shape_trials < 1:
         raise BadInput(where, "correctness.trials and correctness.extra_shape_trials must be >= 1")
-    for name in ("fp32", "tf32"):
+    for name in CLASSES:
         tol = getattr(c, name)
         if min(tol.atol, tol.rtol, tol.rel_l2) < 0:
             raise BadInput(where, f"correctness.{name} tolerances must be >= 0")
@@ -180,6 +186,8 @@ def validate(cfg: Config) -> Config:
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
     if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:
         raise BadInput(where, "timeouts must be > 0 seconds (and timeouts.call_factor > 0)")
+    if cfg.precision not in PRECISIONS:
+        raise BadInput(where, f"precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}")
     if cfg.cluster not in ("local", "ray"):
         raise BadInput(where, f"cluster must be 'local' or 'ray', got {cfg.cluster!r}")
     if cfg.gpus < 0:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .problems import _display
 from .results import EvalResult, Status
-from .standings import Entry, gpu_of, speedup_of
+from .standings import Entry, board_of, speedup_of
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,12 @@ def compare(current: list[EvalResult], baseline: list[Entry], max_regression: fl
     """Regressions and improvements of `current` against the baseline's results on the same GPU:
     a pair correct there and not now; a speedup lower by more than `max_regression` once both
     interquartile ranges are allowed for; a pair of the baseline that is missing now."""
-    now = {(r.problem["id"], r.solution["name"], gpu_of(r)): r for r in current}
-    gpus = {gpu_of(r) for r in current}
+    now = {(r.problem["id"], r.solution["name"], board_of(r)): r for r in current}
+    gpus = {board_of(r) for r in current}
     changes: list[Change] = []
     for entry in baseline:
         old = entry.result
-        key = (old.problem["id"], old.solution["name"], gpu_of(old))
+        key = (old.problem["id"], old.solution["name"], board_of(old))
         if key[2] not in gpus or old.status is Status.SKIPPED:
             continue  # another GPU's results are not comparable
         new = now.get(key)

@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from .errors import BadInput
-from .leaderboard import BOARD_COLUMNS, OTHER_COLUMNS, SUMMARY_COLUMNS, _board_rows, pass_at_k_rows, summary_table_rows
+from .leaderboard import BOARD_COLUMNS, OTHER_COLUMNS, _board_rows, pass_at_k_rows, summary_columns, summary_table_rows
 from .standings import sample_of
 
 
@@ -77,7 +77,9 @@ def page(data: dict[str, Any], sources: list[str], png: bytes | None) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Leaderboard</title><style>{STYLE}</style>"
              "</head><body><h1>Leaderboard</h1>",
              f"<p class='note'>From {html.escape(', '.join(sources))}. Speedups against the class's baseline "
-             "(tf32 class: PyTorch defaults; fp32 class: PyTorch with TF32 off); one board per GPU.</p>"]
+             "(tf32 class: PyTorch defaults; fp32 class: PyTorch with TF32 off; in an fp16 or bf16 run, its own "
+             "class: PyTorch's default in that dtype, fp32 class: its reduced-precision reductions off); one "
+             "board per GPU and run precision.</p>"]
     if png:
         parts.append(f"<img alt='speedup per problem' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
     for board in data["boards"]:
@@ -90,7 +92,7 @@ def page(data: dict[str, Any], sources: list[str], png: bytes | None) -> str:
             if others:
                 parts.append(_table(OTHER_COLUMNS, others))
     parts.append("<h2>Summary per solution set and GPU</h2>")
-    parts.append(_table(SUMMARY_COLUMNS, summary_table_rows(data["summary"])))
+    parts.append(_table(summary_columns(data["summary"]), summary_table_rows(data["summary"])))
     passk = pass_at_k_rows(data["summary"])
     if passk:
         parts.append(_table(["solution", "gpu", "k", "correct", "fast_1", "fast_1.5", "fast_2"], passk))

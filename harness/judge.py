@@ -18,6 +18,7 @@ import torch
 
 from .handoff import HandoffError, Imports, overlaps, snapshot
 from .numerics import classify, diagnose_parameters, explain_by_variants, float64_copy, ground_truth
+from .precision import casts, loosest
 from .problems import construct, load_module, make_inputs
 
 
@@ -72,21 +73,22 @@ class ProblemState:
             setattr(self.module, k, v)
         return saved
 
-    def reference(self, overrides: dict[str, Any], init_seed: int) -> dict[str, Any]:
-        key = json.dumps([overrides, init_seed], sort_keys=True, default=str)
+    def reference(self, overrides: dict[str, Any], init_seed: int, dtype: str | None = None) -> dict[str, Any]:
+        key = json.dumps([overrides, init_seed, dtype], sort_keys=True, default=str)
         if key not in self.shapes:
             saved = self._set(overrides)
             try:
-                model = construct(self.module.Model, list(self.module.get_init_inputs()), init_seed, self.device)
+                model = construct(self.module.Model, list(self.module.get_init_inputs()), init_seed, self.device,
+                                  dtype=dtype)
             finally:
                 self._set(saved)
             self.shapes[key] = {"model": model, "model64": None, "dtype": None}
         return self.shapes[key]
 
-    def inputs(self, overrides: dict[str, Any], seed: int) -> list:
+    def inputs(self, overrides: dict[str, Any], seed: int, dtype: str | None = None) -> list:
         saved = self._set(overrides)
         try:
-            return make_inputs(self.module, seed, self.device)
+            return make_inputs(self.module, seed, self.device, dtype)
         finally:
             self._set(saved)
 
@@ -113,8 +115,10 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 class PairJudgement:
     """The judgement of one pair's outputs, built up as the worker hands them over."""
 
-    def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any]):
+    def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
+                 run: str = "fp32"):
         self.judge, self.problem, self.seeds = judge, problem, seeds
+        self.run, self.dtype = run, casts(run)  # the run's precision; the dtype it casts to (None: none)
         self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
         self.tolerances = tolerances
         self.results: list[dict[str, Any]] = []
@@ -157,7 +161,7 @@ class PairJudgement:
             if alias is not None:
                 taken.problem = f"output shares memory with input {alias} (it must be a new tensor)"
                 return taken
-            fresh = self.problem.inputs(self._overrides(entry["shape"]), entry["seed"])
+            fresh = self.problem.inputs(self._overrides(entry["shape"]), entry["seed"], self.dtype)
             for i, (after, before) in enumerate(zip(inputs_after, fresh)):
                 if isinstance(before, torch.Tensor) and (after is None or not same_bits(after, before)):
                     taken.problem = f"input {i} was modified by the call (forward must not write to its inputs)"
@@ -169,10 +173,11 @@ class PairJudgement:
 
     def truth(self, shape_index: int, seed: int, inputs: list) -> tuple[torch.Tensor, str, torch.dtype]:
         overrides = self._overrides(shape_index)
-        ref = self.problem.reference(overrides, self.seeds["init"])
+        ref = self.problem.reference(overrides, self.seeds["init"], self.dtype)
         if ref["dtype"] is None:
             ref["dtype"] = ref["model"](*inputs).dtype
-        key = (self.problem.sha256, json.dumps(overrides, sort_keys=True, default=str), self.seeds["init"], seed)
+        key = (self.problem.sha256, json.dumps(overrides, sort_keys=True, default=str), self.seeds["init"], seed,
+               self.run)
         cached = self.judge.cache.get(key)
         if cached is not None:
             self.truth_cached += 1
@@ -205,8 +210,9 @@ class PairJudgement:
             result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
             if cls is None and not self.explained and comparison.max_abs_error is not None:
                 self.explained = True  # one try per pair: each variant costs a float64 forward
-                model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"])["model"]
-                explanation = explain_by_variants(model, taken.inputs, taken.out, self.problem.device, self.tol["tf32"])
+                model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"], self.dtype)["model"]
+                loosest_tol = list(self.tol.values())[-1]
+                explanation = explain_by_variants(model, taken.inputs, taken.out, self.problem.device, loosest_tol)
                 if explanation:
                     result["message"] = f"{explanation}; {result['message']}"
         result.update(kind=entry["kind"], shape=entry["shape"], trial=entry["trial"], seed=entry["seed"],
@@ -216,7 +222,7 @@ class PairJudgement:
 
     def take_state(self, entry: dict[str, Any], payload: bytes, device: str) -> None:
         """ModelNew's parameters against the reference's, after matched-seed construction."""
-        reference = self.problem.reference({**self._overrides(0)}, self.seeds["init"])["model"]
+        reference = self.problem.reference({**self._overrides(0)}, self.seeds["init"], self.dtype)["model"]
         expected = {k: v.detach() for k, v in reference.state_dict().items()}
         try:
             with Imports(device) as imports:
@@ -231,7 +237,7 @@ class PairJudgement:
         results = self.results
         failed = [r for r in results if not r["ok"]]
         classes = [r["precision"] for r in results]
-        overall = None if failed or not results else ("tf32" if "tf32" in classes else "fp32")
+        overall = None if failed or not results else loosest(classes, self.run)
         numeric = [r for r in results if r.get("max_abs_error") is not None]
         return {
             "ok": overall is not None,
@@ -266,8 +272,9 @@ class Judge:
             self.problems[sha256] = ProblemState(path, sha256, self.device)
         return self.problems[sha256]
 
-    def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any]) -> PairJudgement:
-        return PairJudgement(self, problem, seeds, tolerances)
+    def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
+              run: str = "fp32") -> PairJudgement:
+        return PairJudgement(self, problem, seeds, tolerances, run)
 
     def sync(self) -> None:
         if self.device == "cuda":

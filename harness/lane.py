@@ -38,6 +38,7 @@ from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill
+from .precision import STRICT_FLAG, casts, strict_role
 from .results import Status
 
 FIRST_CALLS = ("construct", "profile")
@@ -81,6 +82,25 @@ class Watch:
     broken: str = ""                                          # a protocol violation
 
 
+@contextmanager
+def strict_backends(run: str, on: bool):
+    """PyTorch's strictest setting for a run's precision while timing its strict baseline: TF32
+    off everywhere (fp32), the reduced-precision reductions of fp16/bf16 GEMMs off as well (half
+    runs). Restored afterwards."""
+    import torch
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    names = [(matmul, "allow_tf32"), (cudnn, "allow_tf32")] + ([(matmul, STRICT_FLAG[run])] if run in STRICT_FLAG else [])
+    saved = [getattr(owner, name) for owner, name in names]
+    if on:
+        for owner, name in names:
+            setattr(owner, name, False)
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(names, saved):
+            setattr(owner, name, value)
+
+
 class Lane:
     def __init__(self, pool: WorkerPool, info: dict[str, Any], work_dir: Path):
         from .judge import Judge
@@ -102,11 +122,12 @@ class Lane:
 
     # -- the reference's timings, once per problem ------------------------------------------------
     def references(self, problem, job: dict[str, Any], gpu: dict[str, Any]) -> tuple[dict, float, dict, bool]:
-        """({"reference": stats, "reference_fp32": stats} ({} with timing disabled), GPU seconds spent
+        """({"reference": stats, <the strict role>: stats} ({} with timing disabled), GPU seconds spent
         measuring them now, the entry (its `io_bytes` and `out_bytes` at the benchmark shape),
         whether it was measured for this pair)."""
         t = job["config"]["timing"]
-        key = (problem.sha256, json.dumps(t, sort_keys=True), json.dumps(job["seeds"]["timing"]), job["seeds"]["init"])
+        key = (problem.sha256, json.dumps(t, sort_keys=True), json.dumps(job["seeds"]["timing"]), job["seeds"]["init"],
+               job["config"]["precision"])
         entry = self.refs.get(key)
         now, temp = time.monotonic(), gpu.get("temperature_c")
         warmed = temp is not None and entry is not None and entry["temp"] is not None \
@@ -131,28 +152,25 @@ class Lane:
         from .pipeline import now
         from .timing import InputPool, make_timer, rule_of, sample, stats_of
         t = job["config"]["timing"]
-        model = problem.reference({}, job["seeds"]["init"])["model"]
-        pool = InputPool([problem.inputs({}, seed) for seed in job["seeds"]["timing"]])
+        run = job["config"]["precision"]
+        model = problem.reference({}, job["seeds"]["init"], casts(run))["model"]
+        pool = InputPool([problem.inputs({}, seed, casts(run)) for seed in job["seeds"]["timing"]])
         gpu_s, stats = 0.0, {}
-        modes = [("reference", True)] + ([("reference_fp32", False)] if self.device == "cuda" else [])
+        strict = strict_role(run)
+        modes = [("reference", False)] + ([(strict, True)] if self.device == "cuda" else [])
         if not t.get("enabled", True):
             modes = []  # correctness only: the sizes below, no timing
         with torch.no_grad():
-            for role, tf32 in modes:
-                saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-                if not tf32:  # the strict-fp32 baseline: TF32 disabled everywhere
-                    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-                try:
+            for role, strictest in modes:
+                with strict_backends(run, strictest):
                     timer, warmup_ms = make_timer(self.device, t["flush_l2"]), []
                     samples = sample(lambda: model(*pool.live), timer, rule_of(t), t["warmup"],
                                      before=pool.refresh, warmup_ms=warmup_ms)
-                finally:
-                    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
                 stats[role] = stats_of(samples, timer)
                 gpu_s += (sum(samples) + sum(warmup_ms)) / 1e3
             out = model(*pool.live)
-        if stats and "reference_fp32" not in stats:
-            stats["reference_fp32"] = stats["reference"]
+        if stats and strict not in stats:  # on the CPU there is no stricter setting
+            stats[strict] = stats["reference"]
         io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
         pool = out = None  # the inputs' and output's memory goes back before any worker runs

@@ -7,10 +7,14 @@ from typing import Iterable
 
 from tabulate import tabulate
 
+from .precision import CLASSES, baseline_label
 from .results import EvalResult, Status
 
-COLUMNS = ["problem", "solution", "status", "class", "max abs err", "ms", "ref ms", "ref fp32 ms", "speedup",
+COLUMNS = ["problem", "solution", "status", "class", "max abs err", "ms", "ref ms", "ref strict ms", "speedup",
            "flags"]
+# the strict baselines (harness/precision.py): TF32 off in an fp32 run, the reduced-precision
+# reductions off in a half run
+STRICT_SHORT = {"reference_fp32": "fp32", "reference_strict": "strict"}
 
 
 def _ms(stats: dict | None) -> str:
@@ -24,7 +28,7 @@ def row(result: EvalResult) -> list[str]:
     err = result.correctness.get("max_abs_error") if result.correctness else None
     speedup = t.get("speedup")
     precision = result.correctness.get("precision") if result.correctness else None
-    vs = " (vs fp32)" if t.get("baseline") == "reference_fp32" else ""
+    vs = f" (vs {STRICT_SHORT[t['baseline']]})" if t.get("baseline") in STRICT_SHORT else ""
     return [
         result.problem["id"],
         result.solution["name"],
@@ -33,7 +37,7 @@ def row(result: EvalResult) -> list[str]:
         f"{err:.2e}" if err is not None else "-",
         _ms(t.get("solution")),
         _ms(t.get("reference")),
-        _ms(t.get("reference_fp32")),
+        _ms(t.get("reference_fp32") or t.get("reference_strict")),
         f"{speedup:.2f}x{vs}" if speedup is not None and result.status in (Status.OK, Status.REJECTED) else "-",
         ",".join(result.flags) or "-",
     ]
@@ -102,7 +106,7 @@ def summary(results: Iterable[EvalResult]) -> dict[str, int]:
 # -- the leaderboard across runs (harness/standings.py) -------------------------------------------
 BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "flags", "run", "commit"]
 OTHER_COLUMNS = ["solution", "status", "message", "run"]
-PAIR_CSV = ["gpu", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup", "flags",
+PAIR_CSV = ["gpu", "precision", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup", "flags",
             "run_id", "commit", "message"]
 
 
@@ -118,7 +122,8 @@ def pair_record(entry, rank: int | None) -> dict:
     t = r.timing or {}
     base = t.get(t.get("baseline", ""), {}) or {}
     sol = t.get("solution") or {}
-    return {"gpu": gpu_of(r), "problem": r.problem["id"], "rank": rank, "solution": r.solution["name"],
+    return {"gpu": gpu_of(r), "precision": r.precision, "problem": r.problem["id"], "rank": rank,
+            "solution": r.solution["name"],
             "status": r.status.value, "class": precision_of(r), "ms": sol.get("median_ms"), "iqr_ms": sol.get("iqr_ms"),
             "ref_ms": base.get("median_ms"), "baseline": t.get("baseline"), "speedup": speedup_of(r),
             "flags": list(r.flags), "run_id": r.run_id, "commit": commit_of(r), "message": r.message,
@@ -140,7 +145,8 @@ def _board_rows(slot: dict) -> tuple[list[list[str]], list[list[str]]]:
     ranked = []
     for rec in slot["ranked"]:
         ms = f"{rec['ms']:.3f} ±{rec['iqr_ms']:.3f}" if rec["ms"] is not None else "-"
-        vs = " (vs TF32 off)" if rec["baseline"] == "reference_fp32" else ""
+        label = baseline_label(rec["baseline"] or "", rec["precision"])
+        vs = f" (vs {label})" if label else ""
         ranked.append([str(rec["rank"]), rec["solution"], rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
                        _fmt(rec["speedup"], ".2f", "x") + (vs if rec["speedup"] is not None else ""),
                        ",".join(rec["flags"]) or "-", rec["run_id"], rec["commit"] or "-"])
@@ -148,15 +154,21 @@ def _board_rows(slot: dict) -> tuple[list[list[str]], list[list[str]]]:
     return ranked, others
 
 
-SUMMARY_COLUMNS = ["solution", "gpu", "attempted", "samples", "correct", "fast_1", "fast_1.5", "fast_2", "geomean",
-                   "fp32: correct / fast_1 / geomean", "tf32: correct / fast_1 / geomean"]
+def shown_classes(summary_rows: list[dict]) -> list[str]:
+    """The classes the summary has a column for: fp32 and tf32, and a half class any row earned."""
+    return [c for c in CLASSES if c in ("fp32", "tf32") or any(s[c]["correct"] > 0 for s in summary_rows)]
+
+
+def summary_columns(summary_rows: list[dict]) -> list[str]:
+    return (["solution", "gpu", "attempted", "samples", "correct", "fast_1", "fast_1.5", "fast_2", "geomean"]
+            + [f"{c}: correct / fast_1 / geomean" for c in shown_classes(summary_rows)])
 
 
 def summary_table_rows(summary_rows: list[dict]) -> list[list[str]]:
     rows = []
     for s in summary_rows:
         per_class = [f"{s[c]['correct']:.0%} / {s[c]['fast_1']:.0%} / {_fmt(s[c]['geomean_speedup'], '.2f', 'x')}"
-                     for c in ("fp32", "tf32")]
+                     for c in shown_classes(summary_rows)]
         rows.append([s["solution"], s["gpu"], str(s["attempted"]), str(s["samples"]), f"{s['correct']:.0%}",
                      f"{s['fast_1']:.0%}", f"{s['fast_1.5']:.0%}", f"{s['fast_2']:.0%}",
                      _fmt(s["geomean_speedup"], ".2f", "x"), *per_class])
@@ -186,7 +198,7 @@ def board_text(data: dict, fmt: str = "text") -> str:
                            + tabulate(others, headers=OTHER_COLUMNS, tablefmt=style, disable_numparse=True))
             out.append("")
     out.append(("## " if md else "== ") + "Summary per solution set and GPU" + ("" if md else " =="))
-    out.append(tabulate(summary_table_rows(data["summary"]), headers=SUMMARY_COLUMNS, tablefmt=style,
+    out.append(tabulate(summary_table_rows(data["summary"]), headers=summary_columns(data["summary"]), tablefmt=style,
                         disable_numparse=True))
     passk = pass_at_k_rows(data["summary"])
     if passk:
@@ -211,4 +223,4 @@ def board_csv(data: dict) -> str:
 
 
 def summary_csv(data: dict) -> str:
-    return _csv(SUMMARY_COLUMNS, summary_table_rows(data["summary"]))
+    return _csv(summary_columns(data["summary"]), summary_table_rows(data["summary"]))

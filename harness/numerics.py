@@ -45,7 +45,9 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
                  model64: torch.nn.Module | None = None) -> tuple[torch.Tensor, str]:
     """Evaluate the reference in float64 (weights and inputs cast; `model64`, when given, is that
     float64 copy of `model`, kept by the caller to be reused); fall back to float32 with TF32
-    disabled if the model cannot run in float64. Returns (output, precision used)."""
+    disabled if the model cannot run in float64. In a half-precision run `model` and the inputs
+    are already in that dtype: the same values, upcast, so the error measured is the kernel's own.
+    Returns (output, precision used)."""
     try:
         m64 = model64 if model64 is not None else float64_copy(model, device)
         out = m64(*[_to(x, device, torch.float64) for x in inputs])
@@ -54,8 +56,13 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
         pass
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    half = (torch.float16, torch.bfloat16)
+    up = lambda x: _to(x, device, torch.float32) if isinstance(x, torch.Tensor) and x.dtype in half else _to(x, device)  # noqa: E731
     try:
-        out = copy.deepcopy(model).to(device)(*[_to(x, device) for x in inputs])
+        m32 = copy.deepcopy(model).to(device)
+        if any(p.dtype in half for p in list(m32.parameters()) + list(m32.buffers())):
+            m32 = m32.float()
+        out = m32(*[up(x) for x in inputs])
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     return out, "float32_strict"
@@ -269,14 +276,12 @@ def error_pattern(bad: torch.Tensor, diff: torch.Tensor | None, ref_abs: torch.T
     return f"pattern: {kind}" + (f" ({'; '.join(findings)})" if findings else f" ({fraction:.2%} of elements wrong)")
 
 
-PRECISION_CLASSES = ("fp32", "tf32")  # strictest first
-
-
 def classify(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tolerances: dict) -> tuple[str | None, Comparison]:
-    """The strictest precision class `out` falls in (None = incorrect), with the comparison that
-    decided it (the tf32 comparison when it is in no class)."""
+    """The first precision class of `tolerances` (class -> tolerance, strictest first: the run's
+    classes, harness/precision.py) that `out` falls in (None = incorrect), with the comparison
+    that decided it (the loosest class's when it is in none)."""
     comparison = None
-    for name in PRECISION_CLASSES:
+    for name in tolerances:
         comparison = compare(out, truth, expected_dtype, tolerances[name])
         if comparison.ok:
             return name, comparison

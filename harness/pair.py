@@ -12,6 +12,7 @@ from .blame import blame
 from .env import gpu_now
 from .isolation import Outcome
 from .pool import kill
+from .precision import classes
 from .pipeline import assemble, build_info, failure, limit_hint, timing_of, verdict
 from .results import EvalResult, Status
 
@@ -20,7 +21,8 @@ def _request(job: dict[str, Any], mode: str, hint_bytes: int = 0) -> dict[str, A
     cfg = job["config"]
     return {"mode": mode, "problem_path": job["problem_path"], "solution_path": job["solution_path"],
             "device": job["device"], "arch": job["arch"], "cache_dir": job["cache_dir"], "seeds": job["seeds"],
-            "timing": cfg["timing"], "checks": cfg["checks"], "hint_bytes": hint_bytes, "env": job["worker_env"]}
+            "timing": cfg["timing"], "checks": cfg["checks"], "hint_bytes": hint_bytes, "env": job["worker_env"],
+            "precision": cfg["precision"]}
 
 
 def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def sources_changed(job: dict[str, Any]) -> str | None:
 def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     start = time.monotonic()
     cfg = job["config"]
+    run = cfg["precision"]
     phases: dict[str, float] = {"build_s": job["build_s"]} if job["build_s"] else {}
     spent = {"gpu_s": 0.0}
     gpu = gpu_now() if lane.device == "cuda" else {}
@@ -78,15 +81,16 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     except Exception as exc:  # noqa: BLE001 - the reference's failure is not the solution's
         found = blame(exc, Path(job["problem_path"]))
         first = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return result(Status.HARNESS_ERROR, f"the reference could not be run and timed (not the solution's fault): "
-                                            f"{first} at {found.where or 'an unknown place'}",
+        where = "" if run == "fp32" else f" in {run} (--precision {run}: both models and the inputs cast to it)"
+        return result(Status.HARNESS_ERROR, f"the reference could not be run and timed{where} (not the solution's "
+                                            f"fault): {first} at {found.where or 'an unknown place'}",
                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "reference")
     limits = _limits(cfg, refs["reference"]["median_ms"] if refs else 0.0)
     max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
-    tolerances = {"fp32": cfg["correctness"]["fp32"], "tf32": cfg["correctness"]["tf32"]}
+    tolerances = {name: cfg["correctness"][name] for name in classes(run)}  # strictest first
 
     for attempt in (1, 2):
-        judgement = lane.judge.begin(problem, job["seeds"], tolerances)
+        judgement = lane.judge.begin(problem, job["seeds"], tolerances, run)
         spare = lane.pool.take()
         started = time.monotonic()
         try:

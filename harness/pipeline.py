@@ -20,6 +20,7 @@ from .build import write_manifest
 from .config import Config
 from .guards import timing_consistent
 from .isolation import Outcome, run_module
+from .precision import baseline as baseline_of
 from .results import EvalResult, Status
 from .solutions import Pair
 
@@ -157,7 +158,7 @@ def assemble(job: dict[str, Any], status: Status, message: str, detail: str = ""
         problem=job["problem"], solution=job["solution"], status=status, message=message, run_id=job["run_id"],
         detail=detail, phase=phase, build=fields.pop("build", job["build"]), seeds=job["seeds"],
         config=job["config"], env=fields.pop("env", job["env"]), started_at=job["started_at"], finished_at=now(),
-        duration_s=round(own_s, 3), phases=phases, **fields)
+        duration_s=round(own_s, 3), phases=phases, precision=job["config"]["precision"], **fields)
 
 
 def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict[str, Any]:
@@ -176,9 +177,11 @@ def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict
     return timing
 
 
-def speedup(timing: dict[str, Any], precision: str) -> dict[str, Any]:
-    """A tf32-class result is compared with PyTorch defaults, an fp32-class one with TF32 off."""
-    baseline = "reference_fp32" if precision == "fp32" else "reference"
+def speedup(timing: dict[str, Any], cls: str, run: str = "fp32") -> dict[str, Any]:
+    """A result is compared with its class's baseline (harness/precision.py): in an fp32 run a
+    tf32-class result with PyTorch's defaults, an fp32-class one with TF32 off; in a half run the
+    run's own class with PyTorch's default in that dtype, fp32 with its strictest setting."""
+    baseline = baseline_of(run, cls)
     timing = dict(timing)
     if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
         timing["baseline"] = baseline
@@ -211,10 +214,10 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
         if weights:
             message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
         return Status.INCORRECT, message, "judge", {"timing": timing, "correctness": report, "profile": profile}
-    precision = report["precision"]
-    timing = speedup(timing, precision)
+    cls = report["precision"]
+    timing = speedup(timing, cls, job["config"]["precision"])
     flags, failures = flags_of(job["config"]["checks"], timing, profile)
-    message = f"{precision} class; {report['message']}"
+    message = f"{cls} class; {report['message']}"
     if weights:
         message += f"; note: weights differ from the reference ({'; '.join(weights)})"
     if flags:

@@ -162,9 +162,11 @@ def validate(problem: Problem, extra_shapes: list[dict] | None = None, where: st
         raise BadInput(_display(problem.path), f"get_init_inputs() must return a list, got {type(value).__name__}")
 
 
-def make_inputs(module: types.ModuleType, seed: int, device) -> list:
-    """Call get_inputs() under `seed` and move tensors to `device`. Worker and lane both call this
-    with the same seed on the same device, so they get the same inputs.
+def make_inputs(module: types.ModuleType, seed: int, device, dtype: str | None = None) -> list:
+    """Call get_inputs() under `seed` and move tensors to `device`; floating-point tensors are then
+    cast to `dtype` (a torch dtype name: a half-precision run) and other tensors (indices, class
+    targets) stay as they are. Worker and lane both call this with the same seed on the same
+    device, so they get the same inputs.
 
     On CUDA, get_inputs() runs with the device as torch's default device: its factory calls
     (torch.rand, torch.randn, ...) allocate and draw on the GPU, from the CUDA generator seeded
@@ -191,19 +193,29 @@ def make_inputs(module: types.ModuleType, seed: int, device) -> list:
             values = None
     if values is None:
         values = draw()
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+    return [cast(v.to(device), dtype) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def construct(cls, init_inputs: list, seed: int, device, call=None):
-    """Matched-seed construction: the same seed before every constructor, then move to device.
-    `call(fn, *args)` makes the constructor's calls (the worker passes blame.for_solution for
-    ModelNew, so that what they raise is the solution's)."""
+def cast(tensor, dtype: str | None):
+    """`tensor` in `dtype` where it is floating-point and a dtype is given, else as it is."""
+    if dtype is None or not tensor.is_floating_point():
+        return tensor
+    import torch
+    return tensor.to(getattr(torch, dtype))
+
+
+def construct(cls, init_inputs: list, seed: int, device, call=None, dtype: str | None = None):
+    """Matched-seed construction: the same seed before every constructor, then move to device and,
+    in a half-precision run, cast the floating-point init inputs, parameters and buffers to `dtype`
+    (module.to(dtype) leaves integer buffers alone), as KernelBench does. `call(fn, *args)` makes
+    the constructor's calls (the worker passes blame.for_solution for ModelNew, so that what they
+    raise is the solution's)."""
     import torch
     call = call or (lambda fn, *a: fn(*a))
     torch.manual_seed(seed)
-    args = [v.to(device) if isinstance(v, torch.Tensor) else v for v in init_inputs]
-    model = call(cls, *args)
-    return call(model.to, device)
+    args = [cast(v.to(device), dtype) if isinstance(v, torch.Tensor) else v for v in init_inputs]
+    model = call(call(cls, *args).to, device)
+    return model if dtype is None else call(model.to, getattr(torch, dtype))
 
 
 def extra_shapes_for(problem: Problem, mapping: dict) -> list[dict]:

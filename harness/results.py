@@ -7,6 +7,9 @@ Schema history (bump SCHEMA_VERSION on any incompatible change):
   3  `phases`: the pair's own wall time per phase, its GPU time and overhead (PHASES below);
      `duration_s` is the pair's own time (was: since the run started). Version 2 files are read
      as version 3 with empty phases.
+  4  `precision`: the run's precision (fp32, fp16, bf16; harness/precision.py); classes fp16 and
+     bf16; a half run's strict baseline is timing.reference_strict. Versions 2 and 3 are read as
+     fp32 runs.
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (2, 3, 4)
 
 # The keys of EvalResult.phases, in seconds: where the pair's own wall time went. `wall_s` is the
 # pair's time (its build step, its evaluation, its store); `gpu_s` the time the device spent in
@@ -89,6 +92,7 @@ class EvalResult:
     started_at: str = ""
     finished_at: str = ""
     duration_s: float = 0.0          # the pair's own time (phases["wall_s"])
+    precision: str = "fp32"          # the run's precision: the dtype of both models and the inputs
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -28,6 +28,7 @@ from .errors import BadInput
 from .laneproc import LaneDied, LaneProc, Lanes
 from .leaderboard import summary
 from .pipeline import PairRun, RunContext, assemble
+from .precision import baseline_label
 from .progress import Progress
 from .results import EvalResult, Status, with_store_time
 from .solutions import Pair
@@ -82,8 +83,9 @@ def _describe(result: EvalResult) -> str:
     parts = [result.status.value]
     if "speedup" in t:
         base = t[t["baseline"]]
+        label = baseline_label(t["baseline"], result.precision)
         parts.append(f"{t['solution']['median_ms']:.3f} ms vs {base['median_ms']:.3f} ms "
-                     f"{'ref' if t['baseline'] == 'reference' else 'ref (TF32 off)'} ({t['speedup']:.2f}x)")
+                     f"ref{f' ({label})' if label else ''} ({t['speedup']:.2f}x)")
     parts.append(result.message)
     return "  ".join(parts)
 

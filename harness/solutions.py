@@ -1,7 +1,12 @@
 """Solution discovery and pairing. The trusted side never imports a solution: it only reads
 its text (hash, AST check for ModelNew). Only harness/worker.py executes solution code.
 
-Layout: solutions/<family>/<problem id>/<name>.py, each defining ModelNew.
+Layout: solutions/<family>/<problem id>/<name>.py, each defining ModelNew. A solution written for
+some run precisions only says so with a module-level literal, read here without running the file:
+
+    PRECISIONS = ("bf16",)    # paired only in runs with --precision bf16
+
+A solution without one is paired in every precision (KernelBench's solutions declare none).
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 
 from . import REPO_ROOT
 from .errors import BadInput
+from .precision import PRECISIONS
 from .problems import Problem, _display, file_sha256
 
 SOLUTIONS_ROOT = REPO_ROOT / "solutions"
@@ -23,10 +29,37 @@ class Solution:
     path: Path
     sha256: str
     sources_sha256: str = ""   # the file plus the helpers it may load (see helper_files)
+    precisions: tuple[str, ...] = ()  # the run precisions it is written for (PRECISIONS); () = any
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "path": _display(self.path), "sha256": self.sha256,
-                "sources_sha256": self.sources_sha256}
+        d = {"name": self.name, "path": _display(self.path), "sha256": self.sha256,
+             "sources_sha256": self.sources_sha256}
+        return {**d, "precisions": list(self.precisions)} if self.precisions else d
+
+    def supports(self, precision: str) -> bool:
+        return not self.precisions or precision in self.precisions
+
+
+def declared_precisions(path: Path) -> tuple[str, ...]:
+    """The file's module-level `PRECISIONS = (...)` literal; () when it has none (or does not parse:
+    the worker reports that). A value that is not a literal tuple or list of known precisions is
+    bad input naming the file and line."""
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return ()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PRECISIONS" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                value = None
+            if not isinstance(value, (tuple, list)) or not value or not all(v in PRECISIONS for v in value):
+                raise BadInput(f"{_display(Path(path))}:{node.lineno}",
+                               f"PRECISIONS must be a literal tuple of {', '.join(PRECISIONS)}, got "
+                               f"{ast.get_source_segment(Path(path).read_text(), node.value)}")
+            return tuple(value)
+    return ()
 
 
 def helper_files(path: Path) -> list[Path]:
@@ -65,7 +98,8 @@ class Pair:
 
 def solution_from_path(path: Path) -> Solution:
     path = Path(path).resolve()
-    return Solution(name=path.stem, path=path, sha256=file_sha256(path), sources_sha256=sources_sha256(path))
+    return Solution(name=path.stem, path=path, sha256=file_sha256(path), sources_sha256=sources_sha256(path),
+                    precisions=declared_precisions(path))
 
 
 def for_problem(problem: Problem, root: Path = SOLUTIONS_ROOT) -> list[Solution]:
@@ -158,8 +192,9 @@ def check_static(solution: Solution) -> None:
 
 
 def select_pairs(problems: list[Problem], spec: str | None, problems_given: bool,
-                 all_problems: list[Problem], root: Path = SOLUTIONS_ROOT) -> list[Pair]:
-    """Resolve --solution against the selected problems."""
+                 all_problems: list[Problem], root: Path = SOLUTIONS_ROOT, precision: str = "fp32") -> list[Pair]:
+    """Resolve --solution against the selected problems, in a run of `precision`: a solution
+    declaring other PRECISIONS is left out, or bad input where it is the one named."""
     if spec is not None and (spec.endswith(".py") or Path(spec).is_file()):
         path = Path(spec)
         if not path.is_file():
@@ -173,12 +208,21 @@ def select_pairs(problems: list[Problem], spec: str | None, problems_given: bool
             if not targets:
                 raise BadInput(spec, "cannot tell which problem this solution is for: give --problem "
                                      "(or place it under solutions/<family>/<problem>/)")
+        if not solution.supports(precision):
+            raise BadInput(spec, f"written for {'/'.join(solution.precisions)} (PRECISIONS in the file), not for "
+                                 f"this run's {precision}: run with --precision {solution.precisions[0]}")
         pairs = [Pair(p, solution) for p in targets]
     else:
-        pairs = [Pair(p, s) for p in problems for s in for_problem(p, root) if spec is None or s.name == spec]
+        named = [Pair(p, s) for p in problems for s in for_problem(p, root) if spec is None or s.name == spec]
+        pairs = [pair for pair in named if pair.solution.supports(precision)]
         if not pairs:
             what = f"named '{spec}' " if spec else ""
             ids = ", ".join(p.id for p in problems[:5]) + (" ..." if len(problems) > 5 else "")
+            if named:
+                other = sorted({q for pair in named for q in pair.solution.precisions})
+                raise BadInput("--solution", f"the solutions {what}for {ids} are written for {'/'.join(other)} "
+                                             f"(PRECISIONS), not for this run's {precision}: run with "
+                                             f"--precision {other[0]}")
             raise BadInput("--solution", f"no solution {what}found for {ids} under {_display(Path(root))}/")
     for pair in pairs:
         check_static(pair.solution)

@@ -1,8 +1,9 @@
 """Standings across runs: a pure function of stored results (it never builds or runs anything).
 
 Results are gathered from run folders (`results/<run-id>/`, or a folder of runs such as
-`results/snapshots/`), the latest kept per (problem, solution, GPU), and ranked per problem on one
-board per GPU name: results from different GPUs are never ranked together. A solution set is a
+`results/snapshots/`), the latest kept per (problem, solution, board), and ranked per problem on
+one board per GPU name and run precision (board_of): results from different GPUs, or from runs in
+different precisions (--precision), are never ranked together. A solution set is a
 solution name across problems; a set may hold several samples per problem, named
 `<set>.<k>.py` (e.g. `gen.0.py`, `gen.1.py`), and then its summary also gives pass@k and fast_p@k
 (the unbiased estimator of Chen et al. 2021) and each problem's best sample.
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import BadInput
-from .results import EvalResult, Status
+from .precision import CLASSES
+from .results import READABLE_VERSIONS, EvalResult, Status
 from .store import MANIFEST, read_result
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -44,6 +46,11 @@ def gpu_of(result: EvalResult) -> str:
     return "CPU" if (result.env or {}).get("device") == "cpu" else "unknown GPU"
 
 
+def board_of(result: EvalResult) -> str:
+    """The board a result is ranked on: its GPU, and the run's precision where it is not fp32."""
+    return gpu_of(result) if result.precision == "fp32" else f"{gpu_of(result)}, {result.precision}"
+
+
 def commit_of(result: EvalResult) -> str:
     commit = ((result.env or {}).get("git") or {}).get("commit") or ""
     return str(commit)[:7]
@@ -57,7 +64,7 @@ class Entry:
 
     @property
     def key(self) -> tuple[str, str, str]:
-        return self.result.problem["id"], self.result.solution["name"], gpu_of(self.result)
+        return self.result.problem["id"], self.result.solution["name"], board_of(self.result)
 
 
 def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -101,9 +108,9 @@ def gather(paths: Iterable[str | Path], warn=print) -> list[Entry]:
                 warn(f"warning: {path}: skipped, not readable JSON ({exc})")
                 skipped += 1
                 continue
-            if isinstance(raw, dict) and "schema_version" in raw and raw["schema_version"] not in (2, 3):
+            if isinstance(raw, dict) and "schema_version" in raw and raw["schema_version"] not in READABLE_VERSIONS:
                 raise BadInput(path, f"results schema_version {raw['schema_version']!r} is not one this harness reads "
-                                     f"(2, 3)")
+                                     f"({', '.join(map(str, READABLE_VERSIONS))})")
             try:
                 result = read_result(path)
             except BadInput as exc:
@@ -127,14 +134,15 @@ def gather(paths: Iterable[str | Path], warn=print) -> list[Entry]:
 
 
 def _check_verdicts(entries: list[Entry]) -> None:
-    """The same problem file and solution sources on the same GPU judged correct in one run and
-    incorrect in another: a verdict that is not reproducible is bad input, named in one line."""
+    """The same problem file and solution sources on the same GPU, in the same precision, judged
+    correct in one run and incorrect in another: a verdict that is not reproducible is bad input,
+    named in one line."""
     verdicts: dict[tuple[str, str, str], Entry] = {}
     for e in entries:
         if e.result.status not in (Status.OK, Status.INCORRECT):
             continue
         key = (e.result.problem.get("sha256", ""),
-               e.result.solution.get("sources_sha256") or e.result.solution.get("sha256", ""), gpu_of(e.result))
+               e.result.solution.get("sources_sha256") or e.result.solution.get("sha256", ""), board_of(e.result))
         other = verdicts.setdefault(key, e)
         if other.result.status is not e.result.status:
             raise BadInput(e.path, f"{e.result.status.value}, while {other.path} records the same problem and "
@@ -143,12 +151,13 @@ def _check_verdicts(entries: list[Entry]) -> None:
 
 def select(entries: list[Entry], *, keep_all: bool = False, problem: str | None = None,
            solution: str | None = None, gpu: str | None = None) -> list[Entry]:
-    """The latest result per (problem, solution, GPU) unless `keep_all`; filtered by substrings
-    of the problem id, exact solution (or solution set) name, substring of the GPU name."""
+    """The latest result per (problem, solution, board) unless `keep_all`; filtered by substrings
+    of the problem id, exact solution (or solution set) name, substring of the board's name (the
+    GPU's, with ", fp16" or ", bf16" for a half-precision run)."""
     chosen = [e for e in entries
               if (problem is None or problem in e.result.problem["id"])
               and (solution is None or solution in (e.result.solution["name"], sample_of(e.result.solution["name"])[0]))
-              and (gpu is None or gpu.lower() in gpu_of(e.result).lower())]
+              and (gpu is None or gpu.lower() in board_of(e.result).lower())]
     if keep_all:
         return chosen
     latest: dict[tuple[str, str, str], Entry] = {}
@@ -174,7 +183,7 @@ def precision_of(result: EvalResult) -> str | None:
 
 @dataclass
 class Board:
-    """One GPU: per problem, the correct solutions ranked by speedup (those without a timing, e.g.
+    """One GPU and precision: per problem, the correct solutions ranked by speedup (those without a timing, e.g.
     from a correctness-only check, last) and the others below."""
     gpu: str
     problems: dict[str, dict[str, list[Entry]]] = field(default_factory=dict)  # problem -> ranked / others
@@ -183,7 +192,7 @@ class Board:
 def boards(entries: list[Entry]) -> list[Board]:
     by_gpu: dict[str, Board] = {}
     for e in sorted(entries, key=lambda e: (e.key, e.result.finished_at)):
-        board = by_gpu.setdefault(gpu_of(e.result), Board(gpu_of(e.result)))
+        board = by_gpu.setdefault(board_of(e.result), Board(board_of(e.result)))
         slot = board.problems.setdefault(e.result.problem["id"], {"ranked": [], "others": []})
         slot["ranked" if correct(e.result) else "others"].append(e)
     for board in by_gpu.values():
@@ -213,13 +222,13 @@ def summarize(entries: list[Entry]) -> list[dict[str, Any]]:
         if e.result.status is Status.SKIPPED:
             continue
         name, _ = sample_of(e.result.solution["name"])
-        groups.setdefault((name, gpu_of(e.result)), {}).setdefault(e.result.problem["id"], []).append(e.result)
+        groups.setdefault((name, board_of(e.result)), {}).setdefault(e.result.problem["id"], []).append(e.result)
     rows = []
     for (name, gpu), per_problem in sorted(groups.items()):
         samples = max(len(v) for v in per_problem.values())
         row: dict[str, Any] = {"solution": name, "gpu": gpu, "attempted": len(per_problem), "samples": samples}
         row.update(_rates(per_problem, None))
-        for cls in ("fp32", "tf32"):
+        for cls in CLASSES:
             row[cls] = _rates(per_problem, cls)
         if samples > 1:
             row["pass_at_k"] = {}

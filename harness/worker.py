@@ -33,6 +33,7 @@ from .guards import aliased_input, poison_free_memory
 from .handoff import export
 from .isolation import die_with_parent
 from .libshare import measure as measure_library_share
+from .precision import casts
 from .problems import _display, construct, exception_location, load_module, make_inputs
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
@@ -68,6 +69,7 @@ class Worker:
         self.events = sink
         self.solution_path = Path(request["solution_path"])
         self.device = request["device"]
+        self.dtype = casts(request.get("precision", "fp32"))  # a half-precision run's dtype; None: as made
         self.phase = "setup"
         self.hint_bytes = int(request.get("hint_bytes", 0))  # largest input/output: sizes the poisoned block
         self.last_call: dict[str, Any] | None = None  # diagnosis: the last extension call
@@ -150,10 +152,10 @@ class Worker:
                     setattr(problem, key, value)
                 self.set_phase("construct", shape=shape_index)
                 solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device,
-                                     call=for_solution)
+                                     call=for_solution, dtype=self.dtype)
                 self.set_phase("correctness", shape=shape_index)
                 with torch.no_grad():
-                    for_solution(solution, *make_inputs(problem, shape["trials"][0], self.device))
+                    for_solution(solution, *make_inputs(problem, shape["trials"][0], self.device, self.dtype))
                     self.sync()
         except Exception as exc:
             self.events.emit("diagnosis", reproduced=True, error=f"{type(exc).__name__}: {exc}".splitlines()[0],
@@ -190,7 +192,7 @@ class Worker:
         handed to the lane."""
         t = self.req["timing"]
         seeds = self.req["seeds"]["timing"]
-        pool = InputPool([make_inputs(problem, seed, self.device) for seed in seeds])
+        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in seeds])
         state: dict[str, Any] = {"out": None}
 
         def call() -> None:
@@ -223,7 +225,7 @@ class Worker:
         (harness/libshare.py). On the GPU that is a ratio of device times, so one call settles it;
         on the CPU it is a share of the call's wall time, which one preempted call can halve, so
         it is the median of 5 calls."""
-        inputs = make_inputs(problem, self.req["seeds"]["timing"][0], self.device)
+        inputs = make_inputs(problem, self.req["seeds"]["timing"][0], self.device, self.dtype)
         summaries = []
         for _ in range(1 if self.device == "cuda" else 5):
             self.call("profile")
@@ -245,13 +247,13 @@ class Worker:
             self.set_phase("construct", shape=shape_index)
             self.call("construct", shape=shape_index)
             solution = construct(model_new, list(problem.get_init_inputs()), seeds["init"], self.device,
-                                 call=for_solution)
+                                 call=for_solution, dtype=self.dtype)
             if shape_index == 0:
                 self.handoff_state(solution)
             self.set_phase("correctness", shape=shape_index)
             with torch.no_grad():
                 for trial, seed in enumerate(shape["trials"]):
-                    inputs = make_inputs(problem, seed, self.device)
+                    inputs = make_inputs(problem, seed, self.device, self.dtype)
                     if self.req["checks"]["poison"]:
                         poison_free_memory(self.device, self.hint_bytes)
                     self.call("trial", shape=shape_index, trial=trial)

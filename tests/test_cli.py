@@ -101,3 +101,17 @@ def test_an_unknown_cluster_is_one_line(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 2 and len(lines) == 1 and "--cluster" in lines[0] and "'slurm'" in lines[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_an_unknown_precision_is_one_line(tmp_path):
+    rc, _, err = cli("--problem", "elementwise_add", "--precision", "fp8", "--results-dir", str(tmp_path / "r"),
+                     tmp_path=tmp_path)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "--precision" in lines[0] and "fp32, fp16, bf16" in lines[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_precision_no_solution_of_the_selection_is_written_for_is_one_line(tmp_path):
+    rc, _, err = cli("--problem", "57", "--precision", "fp16", "--results-dir", str(tmp_path / "r"), tmp_path=tmp_path)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "not for this run's fp16" in lines[0], err

@@ -179,11 +179,11 @@ MMH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, expected
 @pytest.mark.parametrize("shape", MMH_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
 def test_fast_mma_fp16_kernel_is_tf32_class(shape, scale):
     """ct2d_mmh, its x staged by TMA on sm_90a builds where rows are 16-byte multiples (Win % 4 == 0;
-    the template's last argument), else by cp.async."""
+    the template's TMA argument; the last is the output's element type), else by cp.async."""
     import torch
 
     tma = torch.cuda.get_device_capability() == (9, 0) and shape[5] % 4 == 0
-    _fast_kernel_case(shape, scale, "FastConvTranspose2d", ("ct2d_mmh", ", true>" if tma else ", false>"),
+    _fast_kernel_case(shape, scale, "FastConvTranspose2d", ("ct2d_mmh", ", true, float>" if tma else ", false, float>"),
                       config=4, sm90=False)
 
 
@@ -192,7 +192,7 @@ def test_fast_mma_fp16_misaligned_x_is_staged_by_cp_async():
     stages it with 4-byte cp.async copies and stays within the TF32 tolerance (config 4: the
     mma.sync path, which config 0 may leave for a wgmma kernel on sm_90a)."""
     _fast_kernel_case((2, 32, 32, (3, 3), 12, 64, 1, 1, True, True), 1.0, "FastConvTranspose2d",
-                      ("ct2d_mmh", ", false>"), config=4, sm90=False, misaligned=True)
+                      ("ct2d_mmh", ", false, float>"), config=4, sm90=False, misaligned=True)
 
 
 def test_fast_mma_fp16_blocks_choose_their_scale():

@@ -113,7 +113,7 @@ def test_every_format_and_the_files_of_out(runs, tmp_path, capsys):
     data = json.loads((out / "leaderboard.json").read_text())
     assert [b["gpu"] for b in data["boards"]] == [H100, H200]
     assert "| 1      | gen.0" in (out / "leaderboard.md").read_text()
-    assert (out / "leaderboard.csv").read_text().splitlines()[0].startswith("gpu,problem,rank,solution")
+    assert (out / "leaderboard.csv").read_text().splitlines()[0].startswith("gpu,precision,problem,rank,solution")
     for fmt in ("text", "md", "csv", "json"):
         assert main(["leaderboard", str(runs), "--format", fmt]) == 0
         assert "gen.0" in capsys.readouterr().out

@@ -7,6 +7,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
 from ct2d_fast import FastConvTranspose2dFP32  # noqa: E402
 
 
+PRECISIONS = ("fp32",)  # fp32 runs; fast_bf16.py is the bf16 one
+
+
 class ModelNew(FastConvTranspose2dFP32):
     def __init__(self, in_channels, out_channels, kernel_size, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1, bias=False):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups, bias=bias)

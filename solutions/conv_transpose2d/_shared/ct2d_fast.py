@@ -149,7 +149,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
             cin, cout_g, kh, kw = w.shape
-            wd = w.detach()
+            wd = w.detach().float()  # a half-precision run's weights, exactly (no copy for fp32)
             packed = wd.permute(0, 2, 3, 1).reshape(cin, kh * kw, cout_g).contiguous()
             frag = _phase_fragments(wd, self.conv_transpose2d.groups)
             mma = wgm = wd.new_empty(0)
@@ -178,8 +178,29 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
         packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp = self._packed_weights()
-        return _ext.conv_transpose2d_fast(x, packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp, c.bias, c.out_channels, kh, kw,
-                                          sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
+        return _ext.conv_transpose2d_fast(x, packed, frag, mma, mmh, mmh_exp, wgm, wh, wh_exp, self._bias(), c.out_channels,
+                                          kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
+
+    def _bias(self):
+        return self.conv_transpose2d.bias
+
+
+class FastConvTranspose2dBF16(FastConvTranspose2d):
+    """bf16 runs (--precision bf16): the TF32-class kernels with the weights and the bias widened to
+    fp32. bf16's 8-bit significand fits TF32's and (scaled) fp16's, so every product is exact and
+    the sum is fp32's, rounded once to bf16: fp32 math rounded once, the bf16 class's best. x goes
+    in as bf16: the stride-1 kernels with fp16 products write bf16 themselves (ct2d_wgf also reads
+    x as bf16; ct2d_mmh stages it widened); elsewhere fast.cu widens x and rounds the fp32 output
+    (fast.cu: bf16_native)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"fast_bf16 is for bf16 runs (--precision bf16); x is {x.dtype}")
+        return super().forward(x)
+
+    def _bias(self):
+        bias = self.conv_transpose2d.bias
+        return None if bias is None else bias.float()
 
 
 class FastConvTranspose2dFP32(FastConvTranspose2d):

@@ -36,6 +36,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <cuda.h>  // CUtensorMap (the tensor map of ct2d_mmh's TMA staging; no driver call here)
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
 #include <type_traits>
@@ -328,6 +329,25 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MT][NT][4], const float* 
   else mma_taps<MT, NT, SPLIT, KH, KW, false>(acc, xs, ws, rowstep, khalf, dil_w, pairs);
 }
 
+// Output stores, by the output's element type: float (fp32 runs), or __nv_bfloat16 (bf16 runs: the
+// fp32 result rounded once, to nearest). The epilogues below are written once for both; with float
+// they are the plain fp32 stores. st_out2 and st_out4 need the pair's and the quad's alignment.
+__device__ __forceinline__ void st_out1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_out1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void st_out2(float* p, float a, float b) { __stcs(reinterpret_cast<float2*>(p), make_float2(a, b)); }
+__device__ __forceinline__ void st_out2(__nv_bfloat16* p, float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  __stcs(reinterpret_cast<unsigned*>(p), *reinterpret_cast<const unsigned*>(&v));
+}
+__device__ __forceinline__ void st_out4(float* p, float4 v) { __stcs(reinterpret_cast<float4*>(p), v); }
+__device__ __forceinline__ void st_out4(__nv_bfloat16* p, float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  __stcs(reinterpret_cast<uint2*>(p),
+         make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
+}
+template <class OutT>
+__device__ __forceinline__ bool pair_aligned(const OutT* p) { return (reinterpret_cast<uintptr_t>(p) & (2 * sizeof(OutT) - 1)) == 0; }
+
 // The epilogue of an active warp, y = acc * o1 * o2 (SCALED; ct2d_mmh's operand scales) + bias.
 // C fragment c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1).
 // s.epi: through shared memory (the caller has synced the block once every warp is past the last
@@ -336,9 +356,9 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MT][NT][4], const float* 
 // apart, conflict-free), then writes s.epi-float vectors along each channel row, so one store
 // instruction writes 32 / (NT*8 / V) contiguous row runs instead of 8 channel rows' 32 bytes.
 // Else the fragments directly (8-byte stores where aligned).
-template <int MT, int NT, bool SCALED, class Block>
+template <int MT, int NT, bool SCALED, class Block, class OutT>
 __device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[MT][NT][4], const Block& b,
-                                          const float* __restrict__ bias, float* __restrict__ y, float* smem,
+                                          const float* __restrict__ bias, OutT* __restrict__ y, float* smem,
                                           float o1 = 1.f, float o2 = 1.f) {
   auto val = [&](float v) { return SCALED ? v * o1 * o2 : v; };
   const int g = b.g, t = b.t;
@@ -347,7 +367,7 @@ __device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[
     float* buf = smem + b.warp * 16 * LD;
     const int ow = b.ow0 + b.col0, ncols = min(NT * 8, s.Wout - ow);
     const int64_t cstride = (int64_t)s.Hout * s.Wout;
-    float* yrow = y + (((int64_t)b.n * s.Cout + b.co0) * s.Hout + b.oh0 + b.wr) * s.Wout + ow;
+    OutT* yrow = y + (((int64_t)b.n * s.Cout + b.co0) * s.Hout + b.oh0 + b.wr) * s.Wout + ow;
     auto store = [&](auto vec) {
       constexpr int V = decltype(vec)::value, L = NT * 8 / V, RPI = 32 / L;
       const int r0 = b.lane / L, c = (b.lane % L) * V;
@@ -364,15 +384,14 @@ __device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[
 #pragma unroll
           for (int r = r0; r < 16; r += RPI) {
             const float b0 = bias ? bias[b.co0 + 16 * i + r] : 0.f;
-            float* dst = yrow + (16 * i + r) * cstride + c;
+            OutT* dst = yrow + (16 * i + r) * cstride + c;
             if constexpr (V == 4) {
               float4 v = *reinterpret_cast<const float4*>(buf + r * LD + c);
               v.x += b0; v.y += b0; v.z += b0; v.w += b0;
-              __stcs(reinterpret_cast<float4*>(dst), v);
+              st_out4(dst, v);
             } else {
               float2 v = *reinterpret_cast<const float2*>(buf + r * LD + c);
-              v.x += b0; v.y += b0;
-              __stcs(reinterpret_cast<float2*>(dst), v);
+              st_out2(dst, v.x + b0, v.y + b0);
             }
           }
         }
@@ -383,7 +402,7 @@ __device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[
     else store(std::integral_constant<int, 2>{});
     return;
   }
-  float* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
+  OutT* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
   const int oh = b.oh0 + b.wr;
 #pragma unroll
   for (int i = 0; i < MT; ++i)
@@ -391,17 +410,17 @@ __device__ __forceinline__ void mma_store(const MmaShape& s, const float (&acc)[
     for (int half = 0; half < 2; ++half) {
       const int co = b.co0 + i * 16 + g + half * 8;
       const float b0 = bias ? bias[co] : 0.f;
-      float* yrow = yn + ((int64_t)co * s.Hout + oh) * s.Wout;
+      OutT* yrow = yn + ((int64_t)co * s.Hout + oh) * s.Wout;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int ow = b.ow0 + b.col0 + j * 8 + 2 * t;
-        float* dst = yrow + ow;
+        OutT* dst = yrow + ow;
         const float v0 = val(acc[i][j][half * 2]) + b0, v1 = val(acc[i][j][half * 2 + 1]) + b0;
-        if (ow + 1 < s.Wout && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-          __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+        if (ow + 1 < s.Wout && (reinterpret_cast<uintptr_t>(dst) & (2 * sizeof(OutT) - 1)) == 0) {
+          st_out2(dst, v0, v1);
         } else {
-          if (ow < s.Wout) dst[0] = v0;
-          if (ow + 1 < s.Wout) dst[1] = v1;
+          if (ow < s.Wout) st_out1(dst, v0);
+          if (ow + 1 < s.Wout) st_out1(dst + 1, v1);
         }
       }
     }
@@ -591,10 +610,10 @@ __device__ __forceinline__ void mmh_convert(const MmaShape& s, float* xa, const 
   }
 }
 
-template <int MT, int NT, int KH, int KW, bool TMA>
+template <int MT, int NT, int KH, int KW, bool TMA, class OutT = float>
 __global__ void __launch_bounds__(THREADS, 2)
     ct2d_mmh(const float* __restrict__ x, const __half* __restrict__ wh, int ew, const float* __restrict__ bias,
-             float* __restrict__ y, const MmaShape s, const __grid_constant__ CUtensorMap xmap) {
+             OutT* __restrict__ y, const MmaShape s, const __grid_constant__ CUtensorMap xmap) {
   constexpr int BM = 16 * MT, TAPS = KH * KW;
   constexpr int W_BYTES = TAPS * BM * 32;
   extern __shared__ __align__(128) float mmh_smem[];  // TMA: slots 128-byte aligned
@@ -899,13 +918,14 @@ __device__ __forceinline__ void wg_mma_chunk(const WgShape& s, const WgBlock& b,
 }
 
 // D fragment of warp w of a consumer: channel rows 16 w + g (+8), pixel columns 8 i + 2 t (+1)
+template <class OutT>
 __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, const float (&acc)[128],
-                                            const float* __restrict__ bias, float* __restrict__ y, int tid,
+                                            const float* __restrict__ bias, OutT* __restrict__ y, int tid,
                                             int co_w, int p0, float scale = 1.f) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  float* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
+  OutT* yn = y + (int64_t)b.n * s.Cout * s.Hout * s.Wout;
   float bv[2];
-  float* yrow[2];
+  OutT* yrow[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int co = b.co0 + co_w + 16 * warp + g + 8 * h;
@@ -927,8 +947,7 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           if (yrow[h] != nullptr)
-            __stcs(reinterpret_cast<float2*>(yrow[h] + off),
-                   make_float2(fmaf(acc[4 * i + 2 * h], scale, bv[h]), fmaf(acc[4 * i + 2 * h + 1], scale, bv[h])));
+            st_out2(yrow[h] + off, fmaf(acc[4 * i + 2 * h], scale, bv[h]), fmaf(acc[4 * i + 2 * h + 1], scale, bv[h]));
       }
       c += 8;
       off += 8;
@@ -950,12 +969,12 @@ __device__ __forceinline__ void wg_epilogue(const WgShape& s, const WgBlock& b, 
     for (int h = 0; h < 2; ++h) {
       if (yrow[h] == nullptr) continue;
       const float v0 = fmaf(acc[4 * i + 2 * h], scale, bv[h]), v1 = fmaf(acc[4 * i + 2 * h + 1], scale, bv[h]);
-      float* dst = yrow[h] + (int64_t)oh * s.Wout + ow;
-      if (ok1 && ok2 && r2 == r && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-        __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+      OutT* dst = yrow[h] + (int64_t)oh * s.Wout + ow;
+      if (ok1 && ok2 && r2 == r && pair_aligned(dst)) {
+        st_out2(dst, v0, v1);
       } else {
-        if (ok1) dst[0] = v0;
-        if (ok2) yrow[h][(int64_t)(b.oh0 + r2) * s.Wout + b.ow0 + c2] = v1;
+        if (ok1) st_out1(dst, v0);
+        if (ok2) st_out1(yrow[h] + (int64_t)(b.oh0 + r2) * s.Wout + b.ow0 + c2, v1);
       }
     }
     c += 8;
@@ -978,9 +997,9 @@ constexpr int WGE_WARP_BYTES = 16 * WGE_LD * 4;      // one consumer warp's buff
 __device__ __forceinline__ void st_shared_f2(uint32_t a, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
 }
-template <int VEC>
+template <int VEC, class OutT>
 __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock& b, const float (&acc)[128],
-                                                 const float* __restrict__ bias, float* __restrict__ y, int tid,
+                                                 const float* __restrict__ bias, OutT* __restrict__ y, int tid,
                                                  int co_w, int p0, uint32_t buf, float scale = 1.f) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int co_base = b.co0 + co_w + 16 * warp;
@@ -996,7 +1015,7 @@ __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock
   const int sub = lane / LPR, px = VEC * (lane % LPR);
   const int64_t plane = (int64_t)s.Hout * s.Wout;
   const int rmax = min(s.TR, s.Hout - b.oh0), cmax = min(s.TW, s.Wout - b.ow0);
-  float* yc = y + ((int64_t)b.n * s.Cout + co_base + sub) * plane + (int64_t)b.oh0 * s.Wout + b.ow0;
+  OutT* yc = y + ((int64_t)b.n * s.Cout + co_base + sub) * plane + (int64_t)b.oh0 * s.Wout + b.ow0;
   const uint32_t rd = buf + (sub * WGE_LD + px) * 4;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -1011,7 +1030,7 @@ __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock
     __syncwarp();
     const int q = p0 + 64 * k + px, r = q / s.rowlen, c = q - r * s.rowlen;
     if (c < cmax && r < rmax) {
-      float* dst = yc + r * s.Wout + c;
+      OutT* dst = yc + r * s.Wout + c;
 #pragma unroll
       for (int it = 0; it < 16 / RPI; ++it) {
         if (RPI * it + sub < nrows) {
@@ -1020,11 +1039,11 @@ __device__ __forceinline__ void wg_epilogue_smem(const WgShape& s, const WgBlock
             float4 v;
             asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                          : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-            __stcs(reinterpret_cast<float4*>(dst + RPI * it * plane), v);
+            st_out4(dst + RPI * it * plane, v);
           } else {
             float2 v;
             asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
-            __stcs(reinterpret_cast<float2*>(dst + RPI * it * plane), v);
+            st_out2(dst + RPI * it * plane, v.x, v.y);
           }
         }
       }
@@ -1095,9 +1114,9 @@ struct WgsTf32Ops : WgOpsDefaults {
   }
   __device__ __forceinline__ float scale() const { return 1.f; }
 };
-template <class Ops>
+template <class Ops, class OutT = float>
 __global__ void __launch_bounds__(WGS_THREADS, 1)
-    ct2d_wgs(const __grid_constant__ Ops ops, const float* __restrict__ bias, float* __restrict__ y, const WgShape s, int gx,
+    ct2d_wgs(const __grid_constant__ Ops ops, const float* __restrict__ bias, OutT* __restrict__ y, const WgShape s, int gx,
              int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (ops.skip()) return;  // ct2d_wgf: the launch that is not for this call's x (see WgfFp16Ops)
@@ -1534,8 +1553,9 @@ struct WgfFp16Ops : WgFp16Stage<1> {
   static constexpr bool kStagger = true;
 };
 
-// x (N, Cin, H, W) -> xs[part][n][c8][p][8]: P fp16 parts (hi = fp16(v); for P = 2 also lo =
-// fp16(v - hi) at xs + half_elems), 16 bytes per pixel p and 8 channels, channels past Cin zero.
+// x (N, Cin, H, W; fp32, or bf16 in a bf16 run) -> xs[part][n][c8][p][8]: P fp16 parts (hi =
+// fp16(v); for P = 2 also lo = fp16(v - hi) at xs + half_elems), 16 bytes per pixel p and 8
+// channels, channels past Cin zero.
 // WGF_PX pixels 256 apart per thread, 8 channels each, loads coalesced along p (all 32 issued
 // before any is used; 16-byte loads of 4 consecutive pixels, and __ldcs, measured slower). mode:
 // kConvertUnscaled: v = x, and x's largest finite magnitude into *amax (zeroed before; one atomic
@@ -1544,8 +1564,10 @@ struct WgfFp16Ops : WgFp16Stage<1> {
 // (else it exits).
 constexpr int WGF_PX = 4;
 enum ConvertMode { kConvertUnscaled, kConvertScaled, kConvertRescale };
-template <int P>
-__global__ void __launch_bounds__(256) fp16_convert(const float* __restrict__ x, unsigned* __restrict__ amax,
+__device__ __forceinline__ float in_float(float v) { return v; }
+__device__ __forceinline__ float in_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <int P, class InT = float>
+__global__ void __launch_bounds__(256) fp16_convert(const InT* __restrict__ x, unsigned* __restrict__ amax,
                                                     uint4* __restrict__ xs, int Cin, int C8, int HW,
                                                     int64_t half_elems, int mode) {
   float sc = 1.f;
@@ -1555,7 +1577,7 @@ __global__ void __launch_bounds__(256) fp16_convert(const float* __restrict__ x,
     sc = ldexpf(1.f, wgh_exp(a));
   }
   const int c8 = blockIdx.y, n = blockIdx.z, nc = min(8, Cin - c8 * 8);
-  const float* xp = x + ((int64_t)n * Cin + c8 * 8) * HW;
+  const InT* xp = x + ((int64_t)n * Cin + c8 * 8) * HW;
   uint4* o = xs + ((int64_t)n * C8 + c8) * HW;
   unsigned m = 0;
   float v[WGF_PX][8];
@@ -1565,7 +1587,7 @@ __global__ void __launch_bounds__(256) fp16_convert(const float* __restrict__ x,
 #pragma unroll
   for (int c = 0; c < 8; ++c)
 #pragma unroll
-    for (int j = 0; j < WGF_PX; ++j) v[j][c] = c < nc && p[j] < HW ? xp[(int64_t)c * HW + p[j]] : 0.f;
+    for (int j = 0; j < WGF_PX; ++j) v[j][c] = c < nc && p[j] < HW ? in_float(xp[(int64_t)c * HW + p[j]]) : 0.f;
 #pragma unroll
   for (int j = 0; j < WGF_PX; ++j) {
     uint32_t h[4], l[4];
@@ -2040,11 +2062,17 @@ bool dispatch_taps(int KH, int KW, const torch::Tensor& x, const torch::Tensor& 
 template <int KH, int KW, bool TMA>
 void launch_mmh_t(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* bias, torch::Tensor& y,
                   const MmaShape& s, int N, size_t smem, const CUtensorMap& xmap, cudaStream_t stream) {
-  allow_smem<ct2d_mmh<2, 8, KH, KW, TMA>>(110 * 1024);
   dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
-  ct2d_mmh<2, 8, KH, KW, TMA><<<grid, THREADS, smem, stream>>>(
-      x.data_ptr<float>(), reinterpret_cast<const __half*>(wh.data_ptr<at::Half>()), (int)ew, bias,
-      y.data_ptr<float>(), s, xmap);
+  const __half* w = reinterpret_cast<const __half*>(wh.data_ptr<at::Half>());
+  if (y.scalar_type() == at::kBFloat16) {  // a bf16 run: the epilogue rounds once to bf16
+    allow_smem<ct2d_mmh<2, 8, KH, KW, TMA, __nv_bfloat16>>(110 * 1024);
+    ct2d_mmh<2, 8, KH, KW, TMA, __nv_bfloat16><<<grid, THREADS, smem, stream>>>(
+        x.data_ptr<float>(), w, (int)ew, bias, reinterpret_cast<__nv_bfloat16*>(y.data_ptr()), s, xmap);
+    return;
+  }
+  allow_smem<ct2d_mmh<2, 8, KH, KW, TMA>>(110 * 1024);
+  ct2d_mmh<2, 8, KH, KW, TMA><<<grid, THREADS, smem, stream>>>(x.data_ptr<float>(), w, (int)ew, bias,
+                                                                y.data_ptr<float>(), s, xmap);
 }
 template <int KH, int KW>
 void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* bias, torch::Tensor& y,
@@ -2191,6 +2219,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
     }
     s = s_cp;
   }
+  if (y.scalar_type() != at::kFloat) return false;  // a bf16 y: only ct2d_mmh writes one
   const size_t per_block = (mt * nt * split <= 16) ? 110 * 1024 : 220 * 1024;  // 2 or 1 blocks per SM
   s.stages = 3 * stage + tab <= per_block ? 3 : 2;
   if (s.stages * stage + tab > per_block) return false;
@@ -2409,21 +2438,28 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 // leaves two stages, 0.99 against 0.93; 69, two channel blocks, 1.46 against 1.29), else by
 // fp16_convert and the kernel on its copy (WgfFp16Ops, scaled = 0); then fp16_convert's rescale
 // and the kernel on the rescaled copy (scaled = 1), which exit at once unless x's largest
-// magnitude is outside [2^-2, 2^15). Returns false where the tiles do not fit.
+// magnitude is outside [2^-2, 2^15). Returns false where the tiles do not fit. A bf16 x (and y, a
+// bf16 run) always takes the pre-pass, which reads it as bf16 (exact in fp16 wherever fp32 is);
+// the epilogue rounds the fp32 sums once to bf16.
 bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
              int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream) {
   const int64_t N = x.size(0), Cin = x.size(1), HW = x.size(2) * x.size(3), C8 = 2 * ((Cin + 15) / 16);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
   WgShape s;
   int64_t gx = 0, items = 0;
   // the producer's raw ring filled by TMA, else by cp.async, else the pre-pass
   CUtensorMap xmap;
   auto producer_path = [&](size_t bytes) { return bytes && s.co_blocks == 1 && s.stagger > 0; };
-  size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS, true);
-  const bool tma = producer_path(smem) && x_tensor_map(&xmap, x, s.raw_rl, s.raw_rows);
-  bool direct = tma;
-  if (!direct) {
-    smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS);
-    direct = producer_path(smem);
+  size_t smem = 0;
+  bool tma = false, direct = false;
+  if (!bf16) {
+    smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS, true);
+    tma = producer_path(smem) && x_tensor_map(&xmap, x, s.raw_rl, s.raw_rows);
+    direct = tma;
+    if (!direct) {
+      smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS);
+      direct = producer_path(smem);
+    }
   }
   if (!direct) smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
   if (!smem) return false;
@@ -2449,16 +2485,38 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
             (int)items);
       continue;
     }
-    fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0,
-                                              scaled ? kConvertRescale : kConvertUnscaled);
-    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(WgfFp16Ops{{{}, xs_p, 0, wh_p}, amax_p, (int)ew, scaled}, b,
-                                                    y.data_ptr<float>(), s, (int)gx, (int)items);
+    const int mode = scaled ? kConvertRescale : kConvertUnscaled;
+    const WgfFp16Ops ops{{{}, xs_p, 0, wh_p}, amax_p, (int)ew, scaled};
+    if (bf16) {
+      allow_smem<ct2d_wgs<WgfFp16Ops, __nv_bfloat16>>(kWgSmemMax);
+      fp16_convert<1><<<grid, 256, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), amax_p, xs_p,
+                                                Cin, C8, HW, 0, mode);
+      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, reinterpret_cast<__nv_bfloat16*>(y.data_ptr()), s,
+                                                      (int)gx, (int)items);
+      continue;
+    }
+    fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0, mode);
+    ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s, (int)gx, (int)items);
   }
   return true;
 }
 #endif
 
 }  // namespace
+
+// Whether a bf16 x (a bf16 run) goes to a kernel that writes bf16 itself: the TF32-class stride-1
+// tensor-core kernels with their fp16 products (bf16's significand fits fp16's, so x and the
+// weights go in exactly): ct2d_wgf (more than 32 output channels, sm_90a builds), which also reads
+// x as bf16, or ct2d_mmh (32 output channels per block), which stages x widened to fp32. The rest
+// run on x widened and their fp32 output rounded once (conv_transpose2d_fast).
+static bool bf16_native(const torch::Tensor& x, const torch::Tensor& wh, const torch::Tensor& wmh, int64_t Cout,
+                 int64_t stride_h, int64_t stride_w, int64_t groups, int64_t split, int64_t config) {
+  if (stride_h != 1 || stride_w != 1 || groups != 1 || split != 1 || config != 0) return false;
+#if defined(CT2D_WGMMA)
+  if (Cout > 32 && wh.numel() > 0) return true;
+#endif
+  return Cout % 32 == 0 && wmh.numel() > 0;
+}
 
 // x: (N, Cin, H, W) fp32 CUDA; wp: packed weights (Cin, KH*KW, Cout/groups), exact, for the
 // phase kernel; wt: (groups, ceil(Cout/groups/16), KH, KW, ceil(Cin/groups/8), 2, 32, 4), its
@@ -2474,7 +2532,14 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
                                     int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
                                     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config) {
   TORCH_CHECK(x.is_cuda() && wp.is_cuda(), "x and the packed weight must be CUDA tensors");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "float32 only");
+  TORCH_CHECK((x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && wp.scalar_type() == at::kFloat,
+              "x float32 or bfloat16, the packed weights float32");
+  if (x.scalar_type() == at::kBFloat16 && !bf16_native(x, wh, wmh, Cout, stride_h, stride_w, groups, split, config))
+    // a bf16 run where no kernel reads or writes bf16 itself: the fp32 path on x widened (exact),
+    // its output rounded once to bf16
+    return conv_transpose2d_fast(x.to(at::kFloat), wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW,
+                                 stride_h, stride_w, pad_h, pad_w, outpad_h, outpad_w, dil_h, dil_w, groups, split,
+                                 config).to(at::kBFloat16);
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
   TORCH_CHECK(config >= 0 && config <= 9, "config must be 0..9");
@@ -2514,12 +2579,13 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
     if (config == 0 && Cout > 32 && wh.numel() > 0)
       done = split == 1 ? run_wgf(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream)
                         : run_wgh(x, wh, wh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, stream);
-    const bool wg_ok = split == 1 && wg.numel() > 0;
+    const bool wg_ok = split == 1 && wg.numel() > 0 && x.scalar_type() == at::kFloat;
     if (!done && wg_ok && ((config == 0 && Cout > 32) || config == 5 || config == 6 || config == 8))
       done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, config, stream);
 #endif
-    if (!done && wm.numel() > 0)
-      done = run_mma(x, wm, wmh, wmh_exp, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, split, config, stream);
+    if (!done && wm.numel() > 0)  // a bf16 x widened for ct2d_mmh's fp32 staging; y stays bf16
+      done = run_mma(x.scalar_type() == at::kFloat ? x : x.to(at::kFloat), wm, wmh, wmh_exp, b, y, KH, KW, pad_h,
+                     pad_w, dil_h, dil_w, split, config, stream);
 #if defined(CT2D_WGMMA)
     if (!done && wg_ok && config == 0) done = run_wg(x, wg, b, y, KH, KW, pad_h, pad_w, dil_h, dil_w, 0, stream);
 #endif
@@ -2528,6 +2594,10 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
       return y;
     }
   }
+  if (y.scalar_type() == at::kBFloat16)  // no bf16 kernel fitted after all: the fp32 path, rounded once
+    return conv_transpose2d_fast(x.to(at::kFloat), wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW,
+                                 stride_h, stride_w, pad_h, pad_w, outpad_h, outpad_w, dil_h, dil_w, groups, split,
+                                 config).to(at::kBFloat16);
 
   TORCH_CHECK(stride_w <= kMaxStride && KH <= kMaxTaps && KW <= kMaxTaps,
               "fast phase kernel: stride_w <= 16 and kernel sizes <= 32 (use the direct solution)");

@@ -1,0 +1,134 @@
+"""fp16 and bf16 on the GPU (skipped without CUDA): cuDNN's own half output passes its class with
+>= 5x margin on every ConvTranspose2d problem and bf16 arithmetic returned as fp16 fails fp16
+(the CPU part of the calibration: tests/test_calibration.py); the red team caught in a bf16 run as
+in an fp32 one; fast_bf16 judged bf16 class against PyTorch's bf16."""
+import copy
+
+import pytest
+import torch
+
+from harness import REPO_ROOT, problems
+from harness.config import load_config, with_overrides
+from harness.numerics import classify
+from harness.precision import classes
+from harness.problems import load_module
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+pytestmark = pytest.mark.gpu
+CFG = load_config(None).correctness
+HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+FAMILY = problems.select("conv_transpose2d")
+
+
+@pytest.mark.parametrize("problem", FAMILY, ids=[p.id.split("_")[0] for p in FAMILY])
+def test_cudnns_half_output_passes_its_class_with_5x_margin(problem):
+    module = load_module(problem.path)
+    if hasattr(module, "batch_size"):
+        module.batch_size = min(module.batch_size, 2)  # the benchmark's channels and sizes, fewer images
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).cuda()
+    with torch.device("cuda"):
+        inputs = module.get_inputs()
+    for run, dtype in HALF.items():
+        m, xs = copy.deepcopy(model).to(dtype), [x.to(dtype) for x in inputs]
+        with torch.no_grad():
+            truth = copy.deepcopy(m).double()(*[x.double() for x in xs])
+            cls, c = classify(m(*xs), truth, dtype, {n: getattr(CFG, n) for n in classes(run)})
+            assert cls == run and c.margin >= 5, f"{run}: {c.message}"
+            if run == "fp16":
+                other = copy.deepcopy(m).to(torch.bfloat16)(*[x.to(torch.bfloat16) for x in xs]).to(dtype)
+                assert classify(other, truth, dtype, {n: getattr(CFG, n) for n in classes(run)})[0] is None
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"device": "cuda", "results_dir": str(tmp_path_factory.mktemp("r")), "timeouts.run_s": 300,
+                          "precision": "bf16"})
+    add = problems.problem_from_path(ADD_PROBLEM)
+    p71 = problems.select("71")[0]
+    pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
+             for n in ("half_add", "cheat_empty", "cheat_elapsed_time", "cheat_pointer_cache", "cheat_monkeypatch",
+                       "half_mutate_input", "cheat_inplace_alias", "cheat_late_thread", "cheat_fix_previous")]
+    pairs += [Pair(p71, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
+              for n in ("cheat_side_stream", "cheat_reference_output")]
+    pairs.append(Pair(p71, solution_from_path(REPO_ROOT / "solutions" / "conv_transpose2d" / p71.id / "fast_bf16.py")))
+    results = evaluate(pairs, cfg, run_id="gpu-bf16", out=print)
+    return {r.solution["name"]: r for r in results}
+
+
+def test_a_correct_bf16_solution_is_bf16_class_against_pytorchs_bf16(bf16_run):
+    r = bf16_run["half_add"]
+    assert r.status is Status.OK and r.correctness["precision"] == "bf16", r.message
+    assert r.precision == "bf16" and r.timing["baseline"] == "reference"
+    assert r.timing["reference_strict"]["median_ms"] > 0
+
+
+@pytest.mark.parametrize("name, says", [("cheat_empty", "NaN/Inf"), ("half_mutate_input", "input 0 was modified"),
+                                        ("cheat_inplace_alias", "shares memory with input 0"),
+                                        ("cheat_late_thread", "outside"), ("cheat_fix_previous", "outside"),
+                                        ("cheat_pointer_cache", ""), ("cheat_monkeypatch", "")])
+def test_the_red_team_fails_in_bf16(bf16_run, name, says):
+    r = bf16_run[name]
+    assert r.status is Status.INCORRECT and says in r.message, r.message
+
+
+def test_the_timing_checks_hold_in_bf16(bf16_run):
+    assert "timing_inconsistent" in bf16_run["cheat_elapsed_time"].flags
+    side = bf16_run["cheat_side_stream"]
+    assert side.status is Status.OK and "library_passthrough" in side.flags and side.timing["speedup"] < 1.5
+    ref = bf16_run["cheat_reference_output"]
+    assert ref.correctness["precision"] == "bf16" and "library_passthrough" in ref.flags
+
+
+def test_fast_bf16_is_bf16_class_and_runs_no_library_kernel(bf16_run):
+    r = bf16_run["fast_bf16"]
+    assert r.status is Status.OK and r.correctness["precision"] == "bf16", r.message
+    assert r.correctness["min_margin"] >= 10 and not r.flags, r.message
+
+
+# (N, Cin, Cout, kernel, H, W, padding, dilation, bias, whether a kernel writes bf16 itself): the
+# bf16 epilogues' store widths (4, 2 elements, direct), odd widths, several channel blocks, both
+# stride-1 kernels (ct2d_mmh for 32 output channels, ct2d_wgf for more)
+BF16_SHAPES = [
+    (2, 32, 32, (3, 7), 11, 100, (1, 3), 1, True, True),     # Wout 100: 4-element stores
+    (2, 20, 32, (3, 3), 13, 70, 1, 1, True, True),           # Wout 70: 2-element stores
+    (1, 12, 96, (3, 5), 7, 33, 0, (2, 1), False, True),      # Wout 37: direct stores
+    (3, 40, 32, (3, 3), 9, 61, 1, 1, True, True),            # Win 61: x staged by cp.async
+    (2, 64, 64, (3, 3), 19, 45, 1, 1, True, True),           # one 64-channel block
+    (1, 24, 136, (3, 7), 17, 45, (1, 3), 1, True, True),     # three channel blocks, a partial one
+    (2, 16, 24, (3, 3), 9, 21, 1, 1, True, False),           # 24 channels: the fp32 path, rounded once
+]
+
+
+@pytest.mark.parametrize("shape", BF16_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_w{s[5]}")
+def test_fast_bf16_kernels_write_bf16_class_outputs(shape):
+    """The bf16 kernels (fast.cu: bf16_native) against float64 from the same bf16 values; whether a
+    kernel writing bf16 ran is read from its template arguments (`__nv_bfloat16` output)."""
+    import sys
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    import ct2d_fast
+
+    n, cin, cout, k, h, w, pad, dil, bias, native = shape
+    torch.manual_seed(0)
+    model = ct2d_fast.FastConvTranspose2dBF16(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda().bfloat16()
+    x = torch.randn(n, cin, h, w, device="cuda").bfloat16()
+    with torch.no_grad():
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = model(x)
+            torch.cuda.synchronize()
+        c = model.conv_transpose2d
+        truth = torch.nn.functional.conv_transpose2d(x.double(), c.weight.double(),
+                                                     None if c.bias is None else c.bias.double(), padding=pad,
+                                                     dilation=dil)
+    ran = {e.key for e in prof.key_averages()}
+    assert any("__nv_bfloat16" in r for r in ran) == native, sorted(ran)
+    assert out.dtype == torch.bfloat16
+    cls, comparison = classify(out, truth, torch.bfloat16, {n_: getattr(CFG, n_) for n_ in classes("bf16")})
+    assert cls == "bf16" and comparison.margin >= 10, comparison.message
