@@ -199,8 +199,15 @@ class FastConvTranspose2dBF16(FastConvTranspose2d):
         return super().forward(x)
 
     def _bias(self):
+        """The bias widened to fp32, once per bias version (a conversion per call is one more
+        launch, which shows on small problems)."""
         bias = self.conv_transpose2d.bias
-        return None if bias is None else bias.float()
+        if bias is None:
+            return None
+        key = (bias.data_ptr(), bias._version)
+        if getattr(self, "_bias_key", None) != key:
+            self._bias32, self._bias_key = bias.detach().float(), key
+        return self._bias32
 
 
 class FastConvTranspose2dFP32(FastConvTranspose2d):
