@@ -54,3 +54,12 @@ def test_every_repository_solution_compiles(compiled):
     assert len(mine) >= 11
     bad = {k: v["message"] for k, v in mine.items() if v["status"] != "ok"}
     assert not bad, bad
+
+
+@needs_nvcc
+def test_fast_kernels_compile_for_a_gpu_without_wgmma():
+    """The fast kernels outside sm_90a (the wgmma kernels left out, CT2D_WGMMA undefined): what the
+    other kernels use must not live only inside the wgmma part (fast_bf16 takes every bf16 path)."""
+    path = solution_files(["solutions/conv_transpose2d/902_conv_transpose2d_odd_unaligned/fast_bf16.py"])
+    [r] = compile_solutions(path, load_config(FAST), arch="8.0", out=lambda line: None)
+    assert r["status"] == "ok", r["message"]

@@ -90,9 +90,10 @@ def test_fast_bf16_is_bf16_class_and_runs_no_library_kernel(bf16_run):
     assert r.correctness["min_margin"] >= 10 and not r.flags, r.message
 
 
-# (N, Cin, Cout, kernel, H, W, padding, dilation, bias, whether a kernel writes bf16 itself): the
-# bf16 epilogues' store widths (4, 2 elements, direct), odd widths, several channel blocks, both
-# stride-1 kernels (ct2d_mmh for 32 output channels, ct2d_wgf for more)
+# (N, Cin, Cout, kernel, H, W, padding, dilation, bias, whether a kernel writes bf16 itself[,
+# stride, output padding, groups]): the bf16 epilogues' store widths (4, 2 elements, direct), odd
+# widths, several channel blocks, both stride-1 kernels (ct2d_mmh for 32 output channels, ct2d_wgf
+# for more), and the phase kernel (strided or grouped) with its pair and single-element stores
 BF16_SHAPES = [
     (2, 32, 32, (3, 7), 11, 100, (1, 3), 1, True, True),     # Wout 100: 4-element stores
     (2, 20, 32, (3, 3), 13, 70, 1, 1, True, True),           # Wout 70: 2-element stores
@@ -101,6 +102,9 @@ BF16_SHAPES = [
     (2, 64, 64, (3, 3), 19, 45, 1, 1, True, True),           # one 64-channel block
     (1, 24, 136, (3, 7), 17, 45, (1, 3), 1, True, True),     # three channel blocks, a partial one
     (2, 16, 24, (3, 3), 9, 21, 1, 1, True, False),           # 24 channels: the fp32 path, rounded once
+    (5, 3, 7, (5, 3), 7, 13, (2, 1), (1, 2), True, True, (3, 2), (1, 0), 1),  # 902: phase, Wout 27, single stores
+    (2, 16, 32, (3, 3), 9, 20, 1, 1, True, True, 2, 1, 2),   # phase, grouped, Wout 40: pair stores
+    (1, 8, 12, (3, 3), 10, 10, 1, 1, False, True, 1, 0, 4),  # stride 1, 4 groups: phase
 ]
 
 
@@ -115,9 +119,11 @@ def test_fast_bf16_kernels_write_bf16_class_outputs(shape):
     sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
     import ct2d_fast
 
-    n, cin, cout, k, h, w, pad, dil, bias, native = shape
+    n, cin, cout, k, h, w, pad, dil, bias, native = shape[:10]
+    stride, outpad, groups = shape[10:] or (1, 0, 1)
     torch.manual_seed(0)
-    model = ct2d_fast.FastConvTranspose2dBF16(cin, cout, k, padding=pad, dilation=dil, bias=bias).cuda().bfloat16()
+    model = ct2d_fast.FastConvTranspose2dBF16(cin, cout, k, stride=stride, padding=pad, output_padding=outpad,
+                                              dilation=dil, groups=groups, bias=bias).cuda().bfloat16()
     x = torch.randn(n, cin, h, w, device="cuda").bfloat16()
     with torch.no_grad():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -125,7 +131,8 @@ def test_fast_bf16_kernels_write_bf16_class_outputs(shape):
             torch.cuda.synchronize()
         c = model.conv_transpose2d
         truth = torch.nn.functional.conv_transpose2d(x.double(), c.weight.double(),
-                                                     None if c.bias is None else c.bias.double(), padding=pad,
+                                                     None if c.bias is None else c.bias.double(), stride=stride,
+                                                     padding=pad, output_padding=outpad, groups=groups,
                                                      dilation=dil)
     ran = {e.key for e in prof.key_averages()}
     assert any("__nv_bfloat16" in r for r in ran) == native, sorted(ran)

@@ -189,9 +189,10 @@ class FastConvTranspose2dBF16(FastConvTranspose2d):
     """bf16 runs (--precision bf16): the TF32-class kernels with the weights and the bias widened to
     fp32. bf16's 8-bit significand fits TF32's and (scaled) fp16's, so every product is exact and
     the sum is fp32's, rounded once to bf16: fp32 math rounded once, the bf16 class's best. x goes
-    in as bf16: the stride-1 kernels with fp16 products write bf16 themselves (ct2d_wgf also reads
-    x as bf16; ct2d_mmh stages it widened); elsewhere fast.cu widens x and rounds the fp32 output
-    (fast.cu: bf16_native)."""
+    in as bf16 and the kernels write bf16 themselves: the stride-1 kernels with fp16 products
+    (ct2d_wgf also reads x as bf16; ct2d_mmh stages it widened) and the phase kernel's TF32 variant
+    (strided or grouped; widens x as it stages it). Elsewhere (stride 1, one group, fewer than 32
+    output channels) fast.cu widens x and rounds the fp32 output (fast.cu: bf16_native)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16:

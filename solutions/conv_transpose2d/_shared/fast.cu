@@ -334,6 +334,11 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MT][NT][4], const float* 
 // they are the plain fp32 stores. st_out2 and st_out4 need the pair's and the quad's alignment.
 __device__ __forceinline__ void st_out1(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_out1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+// st_out1 as a streaming store (st.global.cs), for epilogues whose output is not read again
+__device__ __forceinline__ void st_cs1(float* p, float v) { __stcs(p, v); }
+__device__ __forceinline__ void st_cs1(__nv_bfloat16* p, float v) {
+  __stcs(reinterpret_cast<unsigned short*>(p), __bfloat16_as_ushort(__float2bfloat16_rn(v)));
+}
 __device__ __forceinline__ void st_out2(float* p, float a, float b) { __stcs(reinterpret_cast<float2*>(p), make_float2(a, b)); }
 __device__ __forceinline__ void st_out2(__nv_bfloat16* p, float a, float b) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
@@ -345,6 +350,9 @@ __device__ __forceinline__ void st_out4(__nv_bfloat16* p, float4 v) {
   __stcs(reinterpret_cast<uint2*>(p),
          make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
 }
+// Input loads, by the input's element type: float, or __nv_bfloat16 widened (exactly) to fp32.
+__device__ __forceinline__ float in_float(float v) { return v; }
+__device__ __forceinline__ float in_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <class OutT>
 __device__ __forceinline__ bool pair_aligned(const OutT* p) { return (reinterpret_cast<uintptr_t>(p) & (2 * sizeof(OutT) - 1)) == 0; }
 
@@ -1564,8 +1572,6 @@ struct WgfFp16Ops : WgFp16Stage<1> {
 // (else it exits).
 constexpr int WGF_PX = 4;
 enum ConvertMode { kConvertUnscaled, kConvertScaled, kConvertRescale };
-__device__ __forceinline__ float in_float(float v) { return v; }
-__device__ __forceinline__ float in_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <int P, class InT = float>
 __global__ void __launch_bounds__(256) fp16_convert(const InT* __restrict__ x, unsigned* __restrict__ amax,
                                                     uint4* __restrict__ xs, int Cin, int C8, int HW,
@@ -1668,10 +1674,13 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 // a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, TC = 1 passes its raw bits to one MMA. Weights arrive as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4]; input channels are padded to 8.
 // MINB: blocks per SM the registers are limited for (the host sizes the shared memory to match).
-template <int P, int CT, int TC, int MINB>
+// T: the element type of x and y, float, or __nv_bfloat16 for bf16 runs (x widened to fp32 as it
+// is staged, with plain loads where fp32 uses cp.async; the fp32 result rounded once as it is
+// written). The weights, the bias and the arithmetic are fp32 either way.
+template <int P, int CT, int TC, int MINB, class T>
 __global__ void __launch_bounds__(PHASE_THREADS, MINB)
-    ct2d_phase(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
-               float* __restrict__ y, const PhaseShape s) {
+    ct2d_phase(const T* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+               T* __restrict__ y, const PhaseShape s) {
   static_assert(TC == 0 || TC == 1 || TC == 3, "TC: 0 (CUDA cores), 1 (TF32) or 3 (3xTF32)");
   static_assert(!TC || CT == 16, "the tensor-core variant takes 16 channels per warp task");
   constexpr int PXB = TC ? 8 * P : 32 * P;  // pixels per warp task
@@ -1721,11 +1730,11 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   const int width = min(s.seg, s.Wout - ow0);
   const int nrows = min(s.rows, (s.Hout - r0 + s.sh - 1) / s.sh - k0);  // this block's rows
   if (nrows <= 0) return;
-  float* const out0 = y + ((int64_t)n * s.Cout + co_abs) * plane + ow0;
+  T* const out0 = y + ((int64_t)n * s.Cout + co_abs) * plane + ow0;
   float* const wsm = phase_smem;  // [cb][kh_a][kw][ci][CT]
   float* const xs = wsm + phase_w_floats(s, khn, TC);  // [kh_a][col][cips]
   float* const ys = xs + phase_xs_floats(s);        // [cot][ysw]
-  const bool pairs = plane % 2 == 0 && s.Wout % 2 == 0 && ow0 % 2 == 0;  // rows 8-byte aligned: float2 stores
+  const bool pairs = plane % 2 == 0 && s.Wout % 2 == 0 && ow0 % 2 == 0;  // rows pair-aligned: pair stores
   // TC: per column phase, its MMA steps (kw of the phase, kh_a, 8 input channels) as offsets into
   // xs and into a channel block's weights, from steps[kw_first[rw] * khn * ks_n]
   int2* const steps = reinterpret_cast<int2*>(ys + s.cot * s.ysw);
@@ -1734,25 +1743,34 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   // FROM_TILE, else bias (or zero) only.
   auto write_row = [&](int oh, auto from_tile) {
     constexpr bool FROM_TILE = decltype(from_tile)::value;
-    float* yrow = out0 + (int64_t)oh * s.Wout;
+    T* yrow = out0 + (int64_t)oh * s.Wout;
     for (int c = warp; c < cov; c += PHASE_THREADS / 32) {
       const float bv = bias ? __ldg(bias + co_abs + c) : 0.f;
-      float* dst = yrow + c * plane;
+      T* dst = yrow + c * plane;
       const float* src = ys + c * s.ysw;
       if (pairs) {
-        float2* d2 = reinterpret_cast<float2*>(dst) + lane;
         const float2* s2 = reinterpret_cast<const float2*>(src) + lane;
+        if constexpr (std::is_same<T, float>::value) {  // (as float2 pointers: fp32's code as before)
+          float2* d2 = reinterpret_cast<float2*>(dst) + lane;
 #pragma unroll 4
-        for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 32, s2 += 32) {
-          float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
-          v.x += bv;
-          v.y += bv;
-          __stcs(d2, v);
+          for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 32, s2 += 32) {
+            float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
+            v.x += bv;
+            v.y += bv;
+            __stcs(d2, v);
+          }
+        } else {
+          T* d2 = dst + 2 * lane;
+#pragma unroll 4
+          for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 64, s2 += 32) {
+            const float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
+            st_out2(d2, v.x + bv, v.y + bv);
+          }
         }
         const int last = width & ~1;  // an odd last column
-        if (last < width && lane == 0) __stcs(dst + last, (FROM_TILE ? src[last] : 0.f) + bv);
+        if (last < width && lane == 0) st_cs1(dst + last, (FROM_TILE ? src[last] : 0.f) + bv);
       } else {
-        for (int col = lane; col < width; col += 32) __stcs(dst + col, (FROM_TILE ? src[col] : 0.f) + bv);
+        for (int col = lane; col < width; col += 32) st_cs1(dst + col, (FROM_TILE ? src[col] : 0.f) + bv);
       }
     }
   };
@@ -1762,7 +1780,7 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
     return;
   }
 
-  const float* xg = x + ((int64_t)n * s.Cin + grp * s.cin_g) * plane_in;
+  const T* xg = x + ((int64_t)n * s.Cin + grp * s.cin_g) * plane_in;
   const int quads = s.cip / 4, npb = s.npx / PXB, ncb = s.cot / CT;
   const uint32_t xs_base = static_cast<uint32_t>(__cvta_generic_to_shared(xs));
 
@@ -1777,12 +1795,19 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
     while (a < khn) {
       const int ih = ih_first[a] + i, iw = iw_lo + col, ci = 4 * q;
       const bool in = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;
-      const float* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
-      const uint32_t dst = xs_base + ((a * s.ncol + col) * s.cips + ci) * 4;
+      const T* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
+      if constexpr (std::is_same<T, float>::value) {
+        const uint32_t dst = xs_base + ((a * s.ncol + col) * s.cips + ci) * 4;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const bool ok = in && ci + k < s.cin_g;
-        cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
+        for (int k = 0; k < 4; ++k) {
+          const bool ok = in && ci + k < s.cin_g;
+          cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
+        }
+      } else {  // bf16: four loads, widened, one 16-byte shared store (visible after the next barrier)
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = in && ci + k < s.cin_g ? in_float(src[k * plane_in]) : 0.f;
+        *reinterpret_cast<float4*>(xs + (a * s.ncol + col) * s.cips + ci) = make_float4(v[0], v[1], v[2], v[3]);
       }
       col += step_col;
       const int c1 = col >= s.ncol;
@@ -1996,7 +2021,8 @@ int phase_tile_stride(const PhaseShape& s) {
 
 // Launches the phase kernel (TC: its tensor-core variant, wp then holds the fragment-ordered
 // weights). Returns false where its shared memory does not fit.
-template <int P, int CT, int TC, int MINB>
+// T: x's and y's element type (float, or __nv_bfloat16 in bf16 runs).
+template <int P, int CT, int TC, int MINB, class T = float>
 bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
                   PhaseShape s, cudaStream_t stream) {
   constexpr int PXB = TC ? 8 * P : 32 * P;
@@ -2034,10 +2060,11 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   const int64_t gz = (int64_t)s.N * s.groups * s.tiles_c;
   const int64_t gy = (int64_t)s.sh * ((per_res + s.rows - 1) / s.rows);
   TORCH_CHECK(gz < 65536 && gy < 65536, "fast phase kernel: batch * groups or output height too large");
-  allow_smem<ct2d_phase<P, CT, TC, MINB>>(220 * 1024);
+  TORCH_CHECK(x.element_size() == sizeof(T) && y.element_size() == sizeof(T), "phase kernel: x and y element type");
+  allow_smem<ct2d_phase<P, CT, TC, MINB, T>>(220 * 1024);
   dim3 grid((s.Wout + s.seg - 1) / s.seg, gy, gz);
-  ct2d_phase<P, CT, TC, MINB><<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(x.data_ptr<float>(), wp.data_ptr<float>(), bias,
-                                                               y.data_ptr<float>(), s);
+  ct2d_phase<P, CT, TC, MINB, T><<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(
+      static_cast<const T*>(x.data_ptr()), wp.data_ptr<float>(), bias, static_cast<T*>(y.data_ptr()), s);
   return true;
 }
 
@@ -2504,14 +2531,17 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 
 }  // namespace
 
-// Whether a bf16 x (a bf16 run) goes to a kernel that writes bf16 itself: the TF32-class stride-1
-// tensor-core kernels with their fp16 products (bf16's significand fits fp16's, so x and the
-// weights go in exactly): ct2d_wgf (more than 32 output channels, sm_90a builds), which also reads
-// x as bf16, or ct2d_mmh (32 output channels per block), which stages x widened to fp32. The rest
-// run on x widened and their fp32 output rounded once (conv_transpose2d_fast).
-static bool bf16_native(const torch::Tensor& x, const torch::Tensor& wh, const torch::Tensor& wmh, int64_t Cout,
+// Whether a bf16 x (a bf16 run) goes to a kernel that writes bf16 itself, all TF32-class (split 1,
+// config 0), whose products are exact for bf16 values:
+// - stride 1, one group: the tensor-core kernels with fp16 products (bf16's significand fits
+//   fp16's): ct2d_wgf (more than 32 output channels, sm_90a builds), which also reads x as bf16,
+//   or ct2d_mmh (32 output channels per block), which stages x widened to fp32;
+// - otherwise the phase kernel's TF32 variant, which reads x as bf16 (widened as it is staged).
+// The rest run on x widened and their fp32 output rounded once (conv_transpose2d_fast).
+static bool bf16_native(const torch::Tensor& wt, const torch::Tensor& wh, const torch::Tensor& wmh, int64_t Cout,
                  int64_t stride_h, int64_t stride_w, int64_t groups, int64_t split, int64_t config) {
-  if (stride_h != 1 || stride_w != 1 || groups != 1 || split != 1 || config != 0) return false;
+  if (split != 1 || config != 0) return false;
+  if (stride_h != 1 || stride_w != 1 || groups != 1) return wt.numel() > 0;
 #if defined(CT2D_WGMMA)
   if (Cout > 32 && wh.numel() > 0) return true;
 #endif
@@ -2534,12 +2564,15 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   TORCH_CHECK(x.is_cuda() && wp.is_cuda(), "x and the packed weight must be CUDA tensors");
   TORCH_CHECK((x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && wp.scalar_type() == at::kFloat,
               "x float32 or bfloat16, the packed weights float32");
-  if (x.scalar_type() == at::kBFloat16 && !bf16_native(x, wh, wmh, Cout, stride_h, stride_w, groups, split, config))
-    // a bf16 run where no kernel reads or writes bf16 itself: the fp32 path on x widened (exact),
-    // its output rounded once to bf16
+  // a bf16 run where no kernel reads or writes bf16 itself (or none fits): the fp32 path on x
+  // widened (exact), its output rounded once to bf16
+  auto widened = [&]() {
     return conv_transpose2d_fast(x.to(at::kFloat), wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW,
                                  stride_h, stride_w, pad_h, pad_w, outpad_h, outpad_w, dil_h, dil_w, groups, split,
                                  config).to(at::kBFloat16);
+  };
+  if (x.scalar_type() == at::kBFloat16 && !bf16_native(wt, wh, wmh, Cout, stride_h, stride_w, groups, split, config))
+    return widened();
   TORCH_CHECK(x.dim() == 4, "expected a 4-D input");
   TORCH_CHECK(split == 1 || split == 3, "split must be 1 (TF32) or 3 (3xTF32)");
   TORCH_CHECK(config >= 0 && config <= 9, "config must be 0..9");
@@ -2594,10 +2627,8 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
       return y;
     }
   }
-  if (y.scalar_type() == at::kBFloat16)  // no bf16 kernel fitted after all: the fp32 path, rounded once
-    return conv_transpose2d_fast(x.to(at::kFloat), wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW,
-                                 stride_h, stride_w, pad_h, pad_w, outpad_h, outpad_w, dil_h, dil_w, groups, split,
-                                 config).to(at::kBFloat16);
+  const bool bf16 = y.scalar_type() == at::kBFloat16;
+  if (bf16 && stride_h == 1 && stride_w == 1 && groups == 1) return widened();  // no stride-1 bf16 kernel fitted
 
   TORCH_CHECK(stride_w <= kMaxStride && KH <= kMaxTaps && KW <= kMaxTaps,
               "fast phase kernel: stride_w <= 16 and kernel sizes <= 32 (use the direct solution)");
@@ -2617,6 +2648,11 @@ torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, torch::Te
   // are tuning hooks), else the CUDA-core one with (P, CT) pixels x channels per thread chosen
   // here; 1..3 force (4, 8), (2, 8), (1, 4)
   int cfg = config >= 4 ? 0 : config;
+  if (bf16) {  // bf16_native: split 1, config 0, wt given
+    if (!launch_phase<4, 16, 1, 3, __nv_bfloat16>(x, wt, b, y, s, stream)) return widened();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+  }
   auto launch_tc = [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     return config == 7   ? launch_phase<4, 16, TC, 2>(x, wt, b, y, s, stream)
