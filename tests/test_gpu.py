@@ -63,12 +63,12 @@ WGF_SHAPES = [s[:-1] + (s[2] <= 64,) for s in WGH_SHAPES] + [(2, 24, 72, (3, 7),
 
 def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned=False):
     """One fast-solution call on `shape` (x scaled by `scale`; misaligned: x's data one element past
-    a 16-byte boundary) against float64 at the class's tolerance, with `kernel` (a substring of a
-    launched kernel's name, or a tuple of substrings of one name) expected to run or not."""
+    a 16-byte boundary) against float64 at the class's tolerance, with `kernel` (a substring of the
+    planned kernel's name, or a tuple of substrings of it) expected to run or not (model.plan(x):
+    the rule the call follows; test_plan_names_the_kernel_that_runs holds it to the profiler)."""
     import sys
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from harness import REPO_ROOT
     from harness.numerics import compare
@@ -88,20 +88,73 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned
     x = (x * scale)[int(misaligned):].view(n, cin, h, w)
     assert (x.data_ptr() % 16 != 0) == misaligned
     with torch.no_grad():
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            out = model(x)
-            torch.cuda.synchronize()
+        plan = model.plan(x)
+        out = model(x)
         truth = torch.nn.functional.conv_transpose2d(
             x.double(), model.conv_transpose2d.weight.double(),
             None if model.conv_transpose2d.bias is None else model.conv_transpose2d.bias.double(),
             padding=pad, dilation=dil)
-    ran = {e.key for e in prof.key_averages()}
     parts = kernel if isinstance(kernel, tuple) else (kernel,)
-    assert any(all(p in r for p in parts) for r in ran) == expected, sorted(ran)  # ct2d_wgs<kernel>
+    assert all(p in plan.kernel for p in parts) == expected, plan
     tolerances = load_config(REPO_ROOT / "configs" / "default.yaml").correctness
     result = compare(out / scale, truth / scale, torch.float32,
                      tolerances.fp32 if cls.endswith("FP32") else tolerances.tf32)
     assert result.ok, result.message
+
+
+# plan(x) against what runs: one shape per row of fast/dispatch.cu's rule (and tuning hooks), in
+# each class and in bf16, the planned kernel among those the profiler saw launched, its file the
+# one that defines it. (cls, N, Cin, Cout, kernel, H, W, stride, groups, config, dtype, io)
+PLAN_CASES = [
+    ("FastConvTranspose2d", 2, 24, 64, (3, 3), 9, 300, 1, 1, 0, "float32", "fp32"),      # ct2d_wgf, producer ring
+    ("FastConvTranspose2d", 2, 24, 72, (3, 7), 17, 45, 1, 1, 0, "float32", "fp32"),      # ct2d_wgf, pre-pass
+    ("FastConvTranspose2dFP32", 2, 20, 40, (3, 3), 13, 37, 1, 1, 0, "float32", "fp32"),  # ct2d_wgh
+    ("FastConvTranspose2dFP32", 2, 20, 32, (3, 3), 13, 70, 1, 1, 0, "float32", "fp32"),  # ct2d_mma 3xTF32
+    ("FastConvTranspose2d", 2, 20, 32, (3, 3), 13, 70, 1, 1, 0, "float32", "fp32"),      # ct2d_mmh
+    ("FastConvTranspose2d", 1, 16, 64, (3, 3), 9, 126, 1, 1, 9, "float32", "fp32"),      # ct2d_mma TF32 (config 9)
+    ("FastConvTranspose2d", 1, 16, 64, (3, 3), 9, 126, 1, 1, 5, "float32", "fp32"),      # ct2d_wg (config 5)
+    ("FastConvTranspose2d", 1, 16, 64, (3, 3), 9, 126, 1, 1, 6, "float32", "fp32"),      # ct2d_wgs TF32 (config 6)
+    ("FastConvTranspose2d", 2, 8, 24, (5, 5), 9, 30, 1, 1, 0, "float32", "fp32"),        # row 5 (5x5: no mma.sync)
+    ("FastConvTranspose2d", 2, 16, 32, (3, 3), 9, 20, 2, 2, 0, "float32", "fp32"),       # phase TF32
+    ("FastConvTranspose2dFP32", 2, 16, 32, (3, 3), 9, 20, 2, 2, 0, "float32", "fp32"),   # phase 3xTF32
+    ("FastConvTranspose2d", 2, 16, 32, (3, 3), 9, 20, 2, 2, 1, "float32", "fp32"),       # phase on CUDA cores
+    ("FastConvTranspose2dBF16", 2, 16, 32, (3, 3), 9, 20, 2, 2, 0, "bfloat16", "bf16"),  # phase, bf16 in and out
+    ("FastConvTranspose2dBF16", 2, 32, 64, (3, 3), 9, 20, 1, 1, 0, "bfloat16", "bf16"),  # ct2d_wgf (sm_90a) or ct2d_mmh
+    ("FastConvTranspose2dBF16", 2, 16, 24, (3, 3), 9, 21, 1, 1, 0, "bfloat16", "bf16 via fp32"),
+]
+
+
+@pytest.mark.parametrize("case", PLAN_CASES, ids=lambda c: f"{c[0][19:] or 'tf32'}_{c[3]}ch_s{c[7]}g{c[8]}_c{c[9]}")
+def test_plan_names_the_kernel_that_runs(case):
+    import re
+    import sys
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    import ct2d_fast
+
+    cls, n, cin, cout, k, h, w, stride, groups, config, dtype, io = case
+    torch.manual_seed(0)
+    model = getattr(ct2d_fast, cls)(cin, cout, k, stride=stride, padding=1, groups=groups, bias=True).cuda()
+    model.config = config
+    dt = getattr(torch, dtype)
+    model = model.to(dt)
+    x = torch.randn(n, cin, h, w, device="cuda", dtype=dt)
+    with torch.no_grad():
+        plan = model.plan(x)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model(x)
+            torch.cuda.synchronize()
+    ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0] for e in prof.key_averages()}
+    assert plan.kernel in ran, (plan, sorted(ran))
+    assert plan.io == io, plan
+    source = (ct2d_fast.FAST_DIR / plan.file).read_text()
+    assert re.search(r"\b" + re.escape(plan.kernel.split("<")[0]) + r"\(", source), plan  # defined there
+    assert plan.config, plan
 
 
 @pytest.mark.parametrize("scale", [1.0, 3e4, 1e-6])

@@ -3,15 +3,15 @@ import pytest
 
 from tools.ab_variants import variant_source
 
-BASE = "int a = 1;\nint b = 2;\n"
+BASE = {"dispatch.cu": "int a = 1;\n", "mma.cuh": "int b = 2;\n"}
 
 
-def test_base_is_the_file_as_it_is():
+def test_base_is_the_folder_as_it_is():
     assert variant_source("base", BASE) == ("base", BASE)
 
 
-def test_replacement_variant_replaces_the_exact_string():
-    assert variant_source("two=int b = 2;@@int b = 3;", BASE) == ("two", "int a = 1;\nint b = 3;\n")
+def test_replacement_variant_replaces_the_exact_string_in_the_file_that_holds_it():
+    assert variant_source("two=int b = 2;@@int b = 3;", BASE) == ("two", {**BASE, "mma.cuh": "int b = 3;\n"})
 
 
 def test_replacement_that_does_not_occur_names_the_variant():
@@ -19,12 +19,54 @@ def test_replacement_that_does_not_occur_names_the_variant():
         variant_source("x=int c = 2;@@int c = 3;", BASE)
 
 
-def test_file_variant_reads_the_file(tmp_path):
+def test_replacement_in_two_files_is_refused():
+    with pytest.raises(SystemExit, match="variant x: the string to replace occurs in more than one file: dispatch.cu, mma.cuh"):
+        variant_source("x=int@@long", BASE)
+
+
+def test_file_variant_is_built_alone(tmp_path):
     other = tmp_path / "fast.cu"
     other.write_text("// other\n")
-    assert variant_source(f"old={other}", BASE) == ("old", "// other\n")
+    assert variant_source(f"old={other}", BASE) == ("old", {"fast.cu": "// other\n"})
+
+
+def test_folder_variant_reads_every_file(tmp_path):
+    (tmp_path / "dispatch.cu").write_text("// d\n")
+    (tmp_path / "phase.cuh").write_text("// p\n")
+    assert variant_source(f"old={tmp_path}", BASE) == ("old", {"dispatch.cu": "// d\n", "phase.cuh": "// p\n"})
 
 
 def test_neither_file_nor_replacement_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="neither OLD@@NEW nor a file"):
+    with pytest.raises(SystemExit, match="neither OLD@@NEW, a folder nor a file"):
         variant_source(f"old={tmp_path / 'missing.cu'}", BASE)
+
+
+def _shapes(pid):
+    """(init inputs, x shape, y shape) of a conv_transpose2d problem, from its file (no GPU)."""
+    from harness.problems import load_module, select
+    [problem] = select(pid)
+    mod = load_module(problem.path)
+    init = list(mod.get_init_inputs())
+    import torch
+    m = mod.Model(*init)
+    x = mod.get_inputs()[0]
+    with torch.device("meta"):
+        y = m.to("meta")(x.to("meta"))
+    return init, tuple(x.shape), tuple(y.shape)
+
+
+def test_plan_table_floors_match_the_perf_notes():
+    """docs/perf-notes.md: 57 is compute-bound at 618.5 GFLOP (1.25 ms at TF32's 495 TFLOP/s); 75 is
+    bound by writing its output (0.20 ms at 4.3 TB/s); bf16 halves the bytes."""
+    from tools.plan_table import floor_ms, markdown
+    init, xs, ys = _shapes("57")
+    assert floor_ms(init, xs, ys, "tf32") == pytest.approx(1.25, abs=0.005)
+    assert floor_ms(init, xs, ys, "fp32") == pytest.approx(1.25 * 3 * 495 / 989, rel=1e-3)
+    init, xs, ys = _shapes("75")
+    assert floor_ms(init, xs, ys, "tf32") == pytest.approx(0.20, abs=0.01)
+    assert floor_ms(init, xs, ys, "bf16") == pytest.approx(floor_ms(init, xs, ys, "tf32") / 2, rel=1e-6)
+    row = {"problem": "75", "class": "bf16", "kernel": "ct2d_phase<4, 16, 1, 3, __nv_bfloat16>", "file": "phase.cuh",
+           "config": "TF32 mma.sync", "io": "bf16", "ms": 0.391, "floor_ms": 0.1, "x_floor": 3.91}
+    assert "| 75 | bf16 | `ct2d_phase<4, 16, 1, 3, __nv_bfloat16>` | `fast/phase.cuh` | TF32 mma.sync | 0.391 | 0.100 | 3.91x |" in markdown([row])
+    tiny = {**row, "problem": "902", "ms": 0.047, "floor_ms": 1e-5, "x_floor": 4700.0}
+    assert "| 0.047 | launch-bound | - |" in markdown([tiny])

@@ -1,20 +1,23 @@
-"""A/B of source variants of the fast kernels (solutions/conv_transpose2d/_shared/fast.cu) in one
+"""A/B of source variants of the fast kernels (solutions/conv_transpose2d/_shared/fast/) in one
 process, interleaved: each variant is built with load_inline (in parallel), then per problem every
 (variant, config) pair is timed 4 times in rotation (CUDA events, L2 flushed, median reported) and
 its rel L2 error against PyTorch with TF32 off is printed next to it.
 
-    PYTHONPATH=. python tools/ab_variants.py 81,75 base other=path/to/fast.cu 'x4=OLD@@NEW' [--configs 0,9]
+    PYTHONPATH=. python tools/ab_variants.py 81,75 base other=path/to/fast 'x4=OLD@@NEW' [--configs 0,9]
         [--solution fast_fp32]
 
-A variant is `base` (the file as it is), `NAME=PATH` (another copy of fast.cu, e.g. from
-`git show REV:solutions/conv_transpose2d/_shared/fast.cu`) or `NAME=OLD@@NEW` (base with the exact
-string OLD replaced by NEW; it must occur). --configs: the `config` values to run each variant
-with (see fast.cu). Each call is the `fast` solution's own forward (weights packed once) with
-the variant's extension swapped in; --solution names another solution of the problem built on
-ct2d_fast (e.g. fast_fp32).
+A variant is `base` (fast/ as it is), `NAME=DIR` (another copy of the fast/ folder, e.g. from
+`git archive REV solutions/conv_transpose2d/_shared/fast | tar -x`), `NAME=FILE` (one source file
+built alone, e.g. the single fast.cu of a revision before the split) or `NAME=OLD@@NEW` (base with
+the exact string OLD replaced by NEW in the one file of fast/ that holds it). --configs: the
+`config` values to run each variant with (fast/dispatch.cu names them). Each call is the `fast`
+solution's own forward (weights packed once) with the variant's extension swapped in; --solution
+names another solution of the problem built on ct2d_fast (e.g. fast_fp32).
 """
+import hashlib
 import os
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,20 +28,47 @@ from harness.problems import construct, load_module, make_inputs
 from tools.bench_fast import timed
 
 SHARED = Path("solutions/conv_transpose2d/_shared")
+SINGLE = "fast.cu"  # the key of a one-file variant
 
 
-def variant_source(spec: str, base: str) -> tuple[str, str]:
+def folder_files(folder: Path) -> dict[str, str]:
+    return {f.name: f.read_text() for f in sorted(Path(folder).iterdir()) if f.is_file()}
+
+
+def variant_source(spec: str, base: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The variant's files by name (base: fast/'s files); a one-file variant is {SINGLE: text}."""
     if spec == "base":
         return "base", base
     name, _, rest = spec.partition("=")
     if "@@" in rest:
         old, new = rest.split("@@", 1)
-        if old not in base:
-            sys.exit(f"variant {name}: the string to replace does not occur in fast.cu: {old!r}")
-        return name, base.replace(old, new)
+        holders = [f for f, text in base.items() if old in text]
+        if len(holders) != 1:
+            where = "does not occur in fast/" if not holders else f"occurs in more than one file: {', '.join(holders)}"
+            sys.exit(f"variant {name}: the string to replace {where}: {old!r}")
+        return name, {**base, holders[0]: base[holders[0]].replace(old, new)}
+    if os.path.isdir(rest):
+        return name, folder_files(Path(rest))
     if not os.path.isfile(rest):
-        sys.exit(f"variant {name}: {rest} is neither OLD@@NEW nor a file")
-    return name, Path(rest).read_text()
+        sys.exit(f"variant {name}: {rest} is neither OLD@@NEW, a folder nor a file")
+    return name, {SINGLE: Path(rest).read_text()}
+
+
+def build_variant(name: str, files: dict[str, str], decl: str, flags: list[str]):
+    """load_inline of a variant: dispatch.cu with the folder's other files on the include path
+    (headed by their digest, so the build cache sees every file), or the one file alone."""
+    from torch.utils.cpp_extension import load_inline
+    include = []
+    if SINGLE in files:
+        source = files[SINGLE]
+    else:
+        folder = Path(tempfile.mkdtemp(prefix=f"ct2d_ab_{name}_"))
+        for fname, text in files.items():
+            (folder / fname).write_text(text)
+        digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()
+        source, include = f"// variant sha256 {digest}\n" + files["dispatch.cu"], [str(folder)]
+    return load_inline(name=f"ct2d_ab_{name}", cpp_sources=decl, cuda_sources=source,
+                       functions=["conv_transpose2d_fast"], extra_include_paths=include, extra_cuda_cflags=flags)
 
 
 def main(argv):
@@ -54,15 +84,13 @@ def main(argv):
     wanted, specs = argv[0].split(","), argv[1:] or ["base"]
     sys.path.insert(0, str(SHARED))
     import ct2d_fast  # noqa: E402  (builds the base extension the solutions use)
-    from torch.utils.cpp_extension import load_inline
 
-    base = (SHARED / "fast.cu").read_text()
+    base = folder_files(ct2d_fast.FAST_DIR)
     sources = dict(variant_source(s, base) for s in specs)
     flags = ["-O3", "-std=c++17"] + (["-gencode=arch=compute_90a,code=sm_90a", "-DCT2D_WGMMA"] if ct2d_fast.WGMMA else [])
 
     def build(name):
-        return name, load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.CPP_DECL, cuda_sources=sources[name],
-                                 functions=["conv_transpose2d_fast"], extra_cuda_cflags=flags)
+        return name, build_variant(name, sources[name], ct2d_fast.FAST_DECL, flags)
 
     with ThreadPoolExecutor(len(sources)) as ex:
         exts = dict(ex.map(build, sources))

@@ -20,7 +20,7 @@ from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
 # kernel: its CUDA-core variant); 4, 5, 6 force the mma.sync, one-warpgroup wgmma and
 # warp-specialized wgmma kernels on stride 1; 7 the phase kernel's tensor-core variant sized for two
 # blocks per SM instead of three; 8 the warp-specialized wgmma kernel with its consumers on pixel
-# halves (see fast.cu)
+# halves (see fast/dispatch.cu)
 CONFIGS = [int(c) for c in os.environ.get("BENCH_CONFIGS", "").split(",") if c]
 
 

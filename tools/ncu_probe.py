@@ -6,7 +6,7 @@ Nsight Compute to profile one launch:
 
 FAST_CONFIG=1..3 forces the kernel tiling (the phase kernel's CUDA-core variant), 4..6 and 8 the
 stride-1 tensor-core kernel, 7 the phase kernel's tensor-core variant at two blocks per SM (see
-fast.cu).
+fast/dispatch.cu).
 """
 import os
 import sys
@@ -21,7 +21,7 @@ for pid in sys.argv[1:]:
     sol = [s for s in solutions.for_problem(problem) if s.name == "fast"][0]
     smod = load_module(sol.path, prefix="kb_solution")
     model = construct(smod.ModelNew, list(mod.get_init_inputs()), 0, "cuda")
-    model.config = int(os.environ.get("FAST_CONFIG", "0"))  # kernel tiling (see fast.cu)
+    model.config = int(os.environ.get("FAST_CONFIG", "0"))  # kernel tiling (see fast/dispatch.cu)
     x = make_inputs(mod, 1, "cuda")
     with torch.no_grad():
         for _ in range(2):

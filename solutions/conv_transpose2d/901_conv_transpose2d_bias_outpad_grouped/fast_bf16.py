@@ -1,4 +1,4 @@
-"""bf16 runs only (--precision bf16): the fast kernels (../_shared/fast.cu, TF32 class) on x and
+"""bf16 runs only (--precision bf16): the fast kernels (../_shared/fast/, TF32 class) on x and
 the weights widened to fp32, whose products are exact for bf16 values; the output rounded once to
 bf16. Loaded by ../_shared/ct2d_fast.py."""
 import sys

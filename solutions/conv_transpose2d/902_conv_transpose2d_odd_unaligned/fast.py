@@ -1,4 +1,4 @@
-"""Fast kernels (../_shared/fast.cu), TF32 class: the tensor-core implicit GEMM for stride 1 and the
+"""Fast kernels (../_shared/fast/), TF32 class: the tensor-core implicit GEMM for stride 1 and the
 phase kernel's TF32 tensor-core variant for strided, grouped or small shapes (fp32 FMAs where that
 does not fit). Loaded by ../_shared/ct2d_fast.py."""
 import sys

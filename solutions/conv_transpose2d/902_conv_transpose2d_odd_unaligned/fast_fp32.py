@@ -1,5 +1,5 @@
 """fp32-class variant of fast.py: every kernel's products as 3xTF32 (hi/lo split operands, three
-TF32 MMAs per product) for fp32 accuracy. CUDA code in ../_shared/fast.cu."""
+TF32 MMAs per product) for fp32 accuracy. CUDA code in ../_shared/fast/."""
 import sys
 from pathlib import Path
 

@@ -1,0 +1,120 @@
+"""The README's table of the fast kernels: per conv_transpose2d problem and class, the kernel that
+runs (FastConvTranspose2d.plan on the benchmark input: the same rule the call follows), where it
+lives, its tiles, and how far the measured time is from the problem's floor. Needs a GPU for the
+plans; the times come from result files.
+
+    PYTHONPATH=. python tools/plan_table.py RESULT_DIR [RESULT_DIR ...] [--out docs/kernels.md]
+
+The floor is max(FLOP / peak, bytes / bandwidth) for the class on the GPU (defaults: an H200):
+FLOP = 2 N Cin (Cout / groups) Hin Win KH KW; bytes = x, the weights and y once each, 4 bytes an
+element (2 for bf16). Peaks, dense: TF32 495 TFLOP/s (tf32 class); 330 for the fp32 class (its
+kernels run three fp16 or TF32 products per product on the tensor cores: the fp16 rate, 989, over
+3); bf16 989. Bandwidth 4.3 TB/s, the measured copy rate (../shared/FACTS.md). A floor under
+LAUNCH_MS is below what one launch costs: the problem is launch-bound and gets no ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SOLUTIONS = {"fast": "tf32", "fast_fp32": "fp32", "fast_bf16": "bf16"}
+PEAK_TFLOPS = {"tf32": 495.0, "fp32": 989.0 / 3, "bf16": 989.0}
+BANDWIDTH_TBS = 4.3
+LAUNCH_MS = 0.01
+
+
+def floor_ms(init: list, x_shape: tuple, out_shape: tuple, cls: str, bandwidth: float = BANDWIDTH_TBS) -> float:
+    """The class's floor for one call, in ms (init: the problem's get_init_inputs)."""
+    cin, cout, k = init[0], init[1], init[2]
+    kh, kw = (k, k) if isinstance(k, int) else k
+    groups = init[7] if len(init) > 7 else 1
+    n, _, h, w = x_shape
+    flop = 2.0 * n * cin * (cout // groups) * h * w * kh * kw
+    elems = n * cin * h * w + cin * (cout // groups) * kh * kw
+    elems_out = 1
+    for d in out_shape:
+        elems_out *= d
+    size = 2 if cls == "bf16" else 4
+    return max(flop / (PEAK_TFLOPS[cls] * 1e9), (elems + elems_out) * size / (bandwidth * 1e9))
+
+
+def measured(dirs: list[str]) -> dict:
+    """(problem id, solution) -> (median ms, GPU name), the newest ok result of each."""
+    from harness.store import load_run
+    found = {}
+    for d in dirs:
+        for r in load_run(d):
+            if r.status.value != "ok" or not r.timing.get("solution"):
+                continue
+            key = (r.problem["id"], r.solution["name"])
+            stamp = r.finished_at or ""
+            if key not in found or stamp > found[key][2]:
+                found[key] = (r.timing["solution"]["median_ms"], r.env.get("gpu_name", ""), stamp)
+    return found
+
+
+def rows(times: dict) -> list[dict]:
+    import torch
+
+    from harness import problems, solutions
+    from harness.problems import construct, load_module, make_inputs
+
+    out = []
+    for problem in problems.select("conv_transpose2d"):
+        mod = load_module(problem.path)
+        init = list(mod.get_init_inputs())
+        for sol in solutions.for_problem(problem):
+            if sol.name not in SOLUTIONS:
+                continue
+            cls = SOLUTIONS[sol.name]
+            dtype = "bfloat16" if cls == "bf16" else None  # cast as a bf16 run casts (harness.problems)
+            model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda", dtype=dtype)
+            [x] = make_inputs(mod, 1, "cuda", dtype=dtype)
+            with torch.no_grad():
+                plan = model.plan(x)
+                y_shape = tuple(model(x).shape)
+            floor = floor_ms(init, tuple(x.shape), y_shape, cls)
+            ms, gpu, _ = times.get((problem.id, sol.name), (None, "", ""))
+            out.append({"problem": problem.id.split("_")[0], "class": cls, "solution": sol.name,
+                        "kernel": plan.kernel, "file": plan.file, "config": plan.config, "io": plan.io,
+                        "ms": ms, "gpu": gpu, "floor_ms": floor, "x_floor": ms / floor if ms else None})
+            del model, x
+            torch.cuda.empty_cache()
+    return out
+
+
+def markdown(table: list[dict]) -> str:
+    lines = ["| problem | class | kernel | file | tiles and pipeline | ms | floor ms | x floor |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        ms = f"{r['ms']:.3f}" if r["ms"] else "-"
+        launch = r["floor_ms"] < LAUNCH_MS
+        floor = "launch-bound" if launch else f"{r['floor_ms']:.3f}"
+        xf = f"{r['x_floor']:.2f}x" if r["x_floor"] and not launch else "-"
+        io = "" if r["io"] in ("fp32", "bf16") else f" ({r['io']})"
+        lines.append(f"| {r['problem']} | {r['class']} | `{r['kernel']}`{io} | `fast/{r['file']}` | {r['config']} | "
+                     f"{ms} | {floor} | {xf} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="+", help="result folders whose times fill the ms column")
+    p.add_argument("--out", help="also write the markdown table here")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    table = rows(measured(args.results))
+    text = markdown(table)
+    gpus = sorted({r["gpu"] for r in table if r["gpu"]})
+    print(text + f"\ntimes measured on: {', '.join(gpus) or 'none found'}")
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
