@@ -44,15 +44,11 @@ def test_neither_file_nor_replacement_is_refused(tmp_path):
 def _shapes(pid):
     """(init inputs, x shape, y shape) of a conv_transpose2d problem, from its file (no GPU)."""
     from harness.problems import load_module, select
+    from tools.plan_table import shapes
     [problem] = select(pid)
     mod = load_module(problem.path)
     init = list(mod.get_init_inputs())
-    import torch
-    m = mod.Model(*init)
-    x = mod.get_inputs()[0]
-    with torch.device("meta"):
-        y = m.to("meta")(x.to("meta"))
-    return init, tuple(x.shape), tuple(y.shape)
+    return (init, *shapes(mod, init))
 
 
 def test_plan_table_floors_match_the_perf_notes():

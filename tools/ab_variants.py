@@ -14,7 +14,6 @@ the exact string OLD replaced by NEW in the one file of fast/ that holds it). --
 solution's own forward (weights packed once) with the variant's extension swapped in; --solution
 names another solution of the problem built on ct2d_fast (e.g. fast_fp32).
 """
-import hashlib
 import os
 import sys
 import tempfile
@@ -54,9 +53,9 @@ def variant_source(spec: str, base: dict[str, str]) -> tuple[str, dict[str, str]
     return name, {SINGLE: Path(rest).read_text()}
 
 
-def build_variant(name: str, files: dict[str, str], decl: str, flags: list[str]):
-    """load_inline of a variant: dispatch.cu with the folder's other files on the include path
-    (headed by their digest, so the build cache sees every file), or the one file alone."""
+def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str]):
+    """load_inline of a variant: its files written to a folder and built as ct2d_fast builds fast/
+    (cuda_source, the folder on the include path), or the one file alone."""
     from torch.utils.cpp_extension import load_inline
     include = []
     if SINGLE in files:
@@ -65,9 +64,8 @@ def build_variant(name: str, files: dict[str, str], decl: str, flags: list[str])
         folder = Path(tempfile.mkdtemp(prefix=f"ct2d_ab_{name}_"))
         for fname, text in files.items():
             (folder / fname).write_text(text)
-        digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()
-        source, include = f"// variant sha256 {digest}\n" + files["dispatch.cu"], [str(folder)]
-    return load_inline(name=f"ct2d_ab_{name}", cpp_sources=decl, cuda_sources=source,
+        source, include = ct2d_fast.cuda_source(folder), [str(folder)]
+    return load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.FAST_DECL, cuda_sources=source,
                        functions=["conv_transpose2d_fast"], extra_include_paths=include, extra_cuda_cflags=flags)
 
 
@@ -90,7 +88,7 @@ def main(argv):
     flags = ["-O3", "-std=c++17"] + (["-gencode=arch=compute_90a,code=sm_90a", "-DCT2D_WGMMA"] if ct2d_fast.WGMMA else [])
 
     def build(name):
-        return name, build_variant(name, sources[name], ct2d_fast.FAST_DECL, flags)
+        return name, build_variant(name, sources[name], ct2d_fast, flags)
 
     with ThreadPoolExecutor(len(sources)) as ex:
         exts = dict(ex.map(build, sources))

@@ -42,6 +42,16 @@ def floor_ms(init: list, x_shape: tuple, out_shape: tuple, cls: str, bandwidth: 
     return max(flop / (PEAK_TFLOPS[cls] * 1e9), (elems + elems_out) * size / (bandwidth * 1e9))
 
 
+def shapes(mod, init: list) -> tuple[tuple, tuple]:
+    """(x shape, y shape) of a problem's benchmark call, from its reference on the meta device
+    (no data, no GPU)."""
+    import torch
+    x = mod.get_inputs()[0]
+    with torch.device("meta"):
+        y = mod.Model(*init).to("meta")(x.to("meta"))
+    return tuple(x.shape), tuple(y.shape)
+
+
 def measured(dirs: list[str]) -> dict:
     """(problem id, solution) -> (median ms, GPU name), the newest ok result of each."""
     from harness.store import load_run
@@ -67,6 +77,7 @@ def rows(times: dict) -> list[dict]:
     for problem in problems.select("conv_transpose2d"):
         mod = load_module(problem.path)
         init = list(mod.get_init_inputs())
+        x_shape, y_shape = shapes(mod, init)
         for sol in solutions.for_problem(problem):
             if sol.name not in SOLUTIONS:
                 continue
@@ -76,8 +87,7 @@ def rows(times: dict) -> list[dict]:
             [x] = make_inputs(mod, 1, "cuda", dtype=dtype)
             with torch.no_grad():
                 plan = model.plan(x)
-                y_shape = tuple(model(x).shape)
-            floor = floor_ms(init, tuple(x.shape), y_shape, cls)
+            floor = floor_ms(init, x_shape, y_shape, cls)
             ms, gpu, _ = times.get((problem.id, sol.name), (None, "", ""))
             out.append({"problem": problem.id.split("_")[0], "class": cls, "solution": sol.name,
                         "kernel": plan.kernel, "file": plan.file, "config": plan.config, "io": plan.io,

@@ -33,15 +33,15 @@ def _hopper_target() -> bool:
     return arch in ("9.0", "9.0a", "9.0+PTX", "9.0a+PTX")
 
 
-def cuda_source() -> str:
-    """dispatch.cu, which includes the other files of fast/ (on the include path), headed by a
-    digest of every file there: torch's build cache keys on the source text, so a change in any
-    header rebuilds."""
+def cuda_source(folder: Path = FAST_DIR) -> str:
+    """folder's dispatch.cu, which includes the folder's other files (on the include path), headed
+    by a digest of every file there: torch's build cache keys on the source text, so a change in
+    any header rebuilds. (tools/ab_variants.py builds copies of fast/ the same way.)"""
     digest = hashlib.sha256()
-    for f in sorted(FAST_DIR.iterdir()):
+    for f in sorted(Path(folder).iterdir()):
         if f.is_file():
             digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return f"// fast/ sha256 {digest.hexdigest()}\n" + (FAST_DIR / "dispatch.cu").read_text()
+    return f"// fast/ sha256 {digest.hexdigest()}\n" + (Path(folder) / "dispatch.cu").read_text()
 
 
 # sm_90a code runs on compute capability 9.0 only (H100, H200); an explicit -gencode replaces the
