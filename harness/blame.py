@@ -67,9 +67,12 @@ def _is_library(filename: str) -> bool:
     if filename.startswith("<"):
         return False  # exec'd or generated code: whoever made it owns it
     resolved = str(Path(filename).resolve())
-    if resolved.startswith(str(REPO_ROOT) + "/"):
-        return False
-    return any(resolved == root or resolved.startswith(root + "/") for root in _library_roots())
+    repo = str(REPO_ROOT) + "/"
+    # An installed library's root may lie inside the checkout (a `.venv/` there), or the checkout
+    # inside a library root: a file is the library's unless it is the checkout's own.
+    return any((resolved == root or resolved.startswith(root + "/"))
+               and (not resolved.startswith(repo) or not repo.startswith(root + "/"))
+               for root in _library_roots())
 
 
 def _owner(filename: str, problem_path: Path | None) -> str:
