@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -54,9 +55,14 @@ class NeedsCuda(Exception):
     """The solution needs a CUDA device and this run has none: the pair is skipped."""
 
 
+def manifest_key(solution, torch_version: str, arch: str, device: str) -> str:
+    """What a build step's outcome depends on: the solution's sources (the file and its helpers),
+    torch, the architecture and the device. Pairs with the same key build once (harness/runner.py)."""
+    return hashlib.sha256(json.dumps([solution.sources_sha256, torch_version, arch, device]).encode()).hexdigest()[:32]
+
+
 def _manifest_path(cache_root: Path, solution, torch_version: str, arch: str, device: str) -> Path:
-    key = hashlib.sha256(json.dumps([solution.sources_sha256, torch_version, arch, device]).encode()).hexdigest()
-    return Path(cache_root) / "manifests" / f"{key[:32]}.json"
+    return Path(cache_root) / "manifests" / f"{manifest_key(solution, torch_version, arch, device)}.json"
 
 
 def write_manifest(cache_root: Path, solution, torch_version: str, arch: str, device: str,
@@ -65,9 +71,12 @@ def write_manifest(cache_root: Path, solution, torch_version: str, arch: str, de
     build directories; or that on this device the build step skips it (`skipped`: the message)."""
     path = _manifest_path(cache_root, solution, torch_version, arch, device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"solution": str(solution.path), "extensions": build.get("extensions", []),
-                               "skipped": skipped}))
+    # a temporary file of its own: build steps of identical sources may finish at once, in threads
+    # of one process (the runner) or in processes of several (a cluster's nodes sharing the cache)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"solution": str(solution.path), "extensions": build.get("extensions", []),
+                            "skipped": skipped}))
     os.replace(tmp, path)
 
 

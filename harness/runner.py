@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import problems
-from .build import default_cache_dir, read_manifest
+from .build import default_cache_dir, manifest_key, read_manifest
 from .config import Config
 from .env import git_info
 from .errors import BadInput
@@ -191,8 +191,14 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         elif manifest is not None:
             schedule.put(run)
     schedule.expect(len(to_build))
+    # Identical sources (the same manifest key) build once: the first pair's build step runs, the
+    # others take what it built. Where it fails, each runs its own (its messages name its own file).
+    same: dict[str, list[PairRun]] = {}
+    for run in to_build:
+        same.setdefault(manifest_key(run.pair.solution, ctx.torch_version, ctx.arch, device), []).append(run)
+    leaders = [group[0] for group in same.values()]
 
-    def build(run: PairRun) -> None:
+    def build_one(run: PairRun) -> EvalResult | None:
         try:
             result = fleet.build(run)
         except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
@@ -202,6 +208,22 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         if result is not None:
             record(result)
         schedule.built(None if result is not None else run)
+        return result
+
+    def build(leader: PairRun) -> None:
+        result = build_one(leader)
+        for run in same[manifest_key(leader.pair.solution, ctx.torch_version, ctx.arch, device)][1:]:
+            if result is None:
+                run.extensions = leader.extensions
+                progress.build_done()
+                schedule.built(run)
+            elif result.status is Status.SKIPPED:  # e.g. CUDA sources on a CPU run: so are these
+                progress.build_done()
+                record(assemble(run.job(), Status.SKIPPED, result.message, phase="build", phases={}, gpu_s=0.0,
+                                own_s=0.0))
+                schedule.built(None)
+            else:
+                build_one(run)
 
     backstop = cfg.timeouts.build_s + cfg.timeouts.run_s + cfg.timeouts.judge_s + 120.0
 
@@ -243,8 +265,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_build) or 1))) as pool:
-        list(pool.map(build, to_build))
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))) as pool:
+        list(pool.map(build, leaders))
     for thread in threads:
         thread.join()
     leftover = schedule.ready

@@ -19,3 +19,34 @@ def test_build_key_depends_on_sources_flags_and_arch_only():
     assert key != build_key({**args, "extra_cflags": ["-O2"]}, "2.13", "9.0")
     assert key != build_key(args, "2.13", "8.0")
     assert key != build_key(args, "2.12", "9.0")
+
+
+def test_manifests_of_identical_sources_written_at_once_do_not_race(tmp_path):
+    """Build steps of identical sources finishing together (threads of the runner, or nodes that
+    share the cache) each write the same manifest: none fails, and the manifest is whole."""
+    import json
+    import threading
+    from types import SimpleNamespace
+
+    from harness.build import read_manifest, write_manifest
+
+    solution = SimpleNamespace(sources_sha256="abc", path=tmp_path / "gen.py")
+    errors = []
+
+    def write(i: int) -> None:
+        try:
+            for _ in range(50):
+                write_manifest(tmp_path, solution, "2.13", "cpu", "cpu", {"extensions": [{"name": f"e{i}"}]})
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    manifest = read_manifest(tmp_path, solution, "2.13", "cpu", "cpu", present=lambda m: True)
+    assert manifest["extensions"][0]["name"].startswith("e")
+    assert [p.name for p in (tmp_path / "manifests").iterdir()] == [p.name for p in (tmp_path / "manifests").glob("*.json")]
+    json.dumps(manifest)

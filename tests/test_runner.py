@@ -58,3 +58,38 @@ def test_progress_prints_lines_in_a_log_and_bars_in_a_terminal(capsys):
     bars.close()
     captured = capsys.readouterr()
     assert "[1/2] p / s: ok" in captured.out and "pairs" in captured.err  # the line, and the bar with its ETA
+
+
+def test_identical_solution_files_build_once_and_every_pair_is_judged(tmp_path, monkeypatch):
+    """Eight problems, each with the same solution file (a generated corpus's duplicates): one
+    build step runs, the other pairs take what it built, and every pair gets its verdict."""
+    import shutil
+
+    from harness import REPO_ROOT
+    from harness.config import load_config, with_overrides
+    from harness.pipeline import PairRun
+    from harness.problems import problem_from_path
+    from harness.results import Status
+    from harness.runner import evaluate
+    from harness.solutions import Pair, solution_from_path
+    from conftest import ADD_PROBLEM, FIXTURES
+
+    source = REPO_ROOT / "solutions" / "examples" / "elementwise_add" / "cpp_add.py"
+    pairs = []
+    for i in range(8):
+        problem = tmp_path / "problems" / "dup" / f"{i}_add.py"
+        problem.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ADD_PROBLEM, problem)
+        solution = tmp_path / "solutions" / "dup" / problem.stem / "gen.py"
+        solution.parent.mkdir(parents=True)
+        shutil.copyfile(source, solution)
+        pairs.append(Pair(problem_from_path(problem), solution_from_path(solution)))
+    assert len({p.solution.sources_sha256 for p in pairs}) == 1
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path / "results"), "build.jobs": 8})
+    steps = []
+    original = PairRun.run_build
+    monkeypatch.setattr(PairRun, "run_build", lambda run: steps.append(run) or original(run))
+    results = evaluate(pairs, cfg, run_id="dup", out=lambda line: None)
+    assert [r.status for r in results] == [Status.OK] * 8, [r.message for r in results]
+    assert len(steps) == 1  # one build step for the eight
