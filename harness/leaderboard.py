@@ -47,8 +47,18 @@ def rows(results: Iterable[EvalResult]) -> list[list[str]]:
     return [row(r) for r in sorted(results, key=lambda r: (r.problem["id"], r.solution["name"]))]
 
 
+def precision_line(results: Iterable[EvalResult]) -> str:
+    """A line naming the run's precision where it is not fp32 (empty for fp32 runs)."""
+    half = sorted({r.precision for r in results if r.precision != "fp32"})
+    return (f"precision {', '.join(half)}: both models and the floating-point inputs cast to it; classes and "
+            f"baselines of {', '.join(half)} (README: Precisions)") if half else ""
+
+
 def table(results: Iterable[EvalResult], fmt: str = "simple") -> str:
-    return tabulate(rows(results), headers=COLUMNS, tablefmt=fmt, disable_numparse=True)
+    results = list(results)
+    title = precision_line(results)
+    text = tabulate(rows(results), headers=COLUMNS, tablefmt=fmt, disable_numparse=True)
+    return f"{title}\n{text}" if title else text
 
 
 def markdown(results: Iterable[EvalResult]) -> str:

@@ -256,12 +256,16 @@ def error_pattern(bad: torch.Tensor, diff: torch.Tensor | None, ref_abs: torch.T
                 for rw in range(s):
                     sl = [slice(None)] * (ndim - 2) + [slice(rh, None, s), slice(rw, None, s)]
                     num = float(torch.linalg.vector_norm(diff[tuple(sl)]))
-                    den = float(torch.linalg.vector_norm(ref_abs[tuple(sl)])) or 1e-300
-                    phases[(rh, rw)] = (float(bad[tuple(sl)].double().mean()), num / den)
-            fracs = [f for f, _ in phases.values()]
-            errs = [e for _, e in phases.values()]
+                    den = float(torch.linalg.vector_norm(ref_abs[tuple(sl)]))
+                    # a phase where ground truth is all zero (no tap reaches it) has no relative error
+                    rel = num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+                    phases[(rh, rw)] = (float(bad[tuple(sl)].double().mean()), rel, num)
+            fracs = [f for f, _, _ in phases.values()]
+            errs = [e for _, e, _ in phases.values()]
             if max(fracs) > 0.5 and min(fracs) < 0.05 or (min(errs) > 0 and max(errs) > 3 * min(errs) and max(fracs) > 0.5):
-                detail = ", ".join(f"({rh},{rw}): {e:.2g}" for (rh, rw), (_, e) in phases.items())
+                detail = ", ".join(f"({rh},{rw}): {e:.2g}" if math.isfinite(e)
+                                   else f"({rh},{rw}): truth is 0 there, the output is not (L2 {num:.2g})"
+                                   for (rh, rw), (_, e, num) in phases.items())
                 findings.append(f"the error depends on the output phase (row mod {s}, column mod {s}); rel L2 "
                                 f"by phase {detail}: output phases use different taps: check the "
                                 f"tap index math (only taps with (o + padding - k*dilation) divisible by the "

@@ -166,7 +166,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     if pending:
         workers = max(1, min(jobs, len(to_build) or 1))
         gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
-        out(f"{len(pending)} pair(s) on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
+        precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
+        out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
             f"{workers} worker(s), {len(pending) - len(to_build)} already built")
     progress = Progress(out, len(pending), len(to_build))
 

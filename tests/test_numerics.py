@@ -65,3 +65,17 @@ def test_parameter_diagnostics_name_the_parameter_and_the_difference():
     assert "'weight' (paired with reference '0.weight' by name)" in line and "init order" in line
     missing = diagnose_parameters({"w": ref["0.weight"]}, ref, ref_model)
     assert "ModelNew has 1 parameters/buffers (w); the reference has 2" in missing[0]
+
+
+def test_phase_pattern_says_where_truth_is_zero():
+    """A stride-2 transposed convolution whose truth is zero in one output phase (no tap reaches
+    it) and a kernel that writes there: the phase line says so instead of a relative error over 0."""
+    truth = torch.rand(1, 4, 16, 16, dtype=torch.float64) + 0.5
+    truth[..., 0::2, 0::2] = 0.0
+    out = truth.float().clone()
+    out[..., 0::2, 0::2] = 1.0      # phase (0, 0): written where nothing should be
+    out[..., 1::2, 1::2] *= 1.5     # phase (1, 1): wrong as well
+    c = compare(out, truth, torch.float32, T)
+    assert not c.ok and "output phase" in c.message, c.message
+    assert "(0,0): truth is 0 there, the output is not (L2 " in c.message
+    assert "e+30" not in c.message

@@ -2,6 +2,7 @@
 inputs and models, solutions that declare their precisions, and the CPU pipeline in half
 precision with correct, wrong and cheating solutions and a reference that cannot run in bf16.
 (The tolerances' calibration: tests/test_calibration.py.)"""
+import dataclasses
 import json
 import textwrap
 
@@ -173,3 +174,27 @@ def test_an_unknown_precision_in_a_config_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(BadInput, match="precision must be one of fp32, fp16, bf16, got 'fp8'") as exc:
         load_config(path)
     assert str(path) in str(exc.value)
+
+
+def test_a_half_runs_header_and_table_name_its_precision(tmp_path):
+    lines = []
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "precision": "bf16"})
+    problem = problem_from_path(ADD_PROBLEM)
+    results = evaluate([Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / "half_add.py"))], cfg, run_id="b",
+                       out=lines.append)
+    assert any(" in bf16 on cpu" in line for line in lines), lines
+    from harness.leaderboard import table
+    assert table(results).splitlines()[0].startswith("precision bf16: ")
+    fp32 = [dataclasses.replace(r, precision="fp32") for r in results]
+    assert table(fp32).splitlines()[0].startswith("problem")  # an fp32 table has no such line
+
+
+def test_the_example_solutions_declare_fp32_and_are_left_out_of_half_runs():
+    from harness import problems, solutions
+    for spec in ("elementwise_add", "softmax"):
+        selected = problems.select(spec)
+        assert {p.solution.precisions for p in solutions.select_pairs(selected, None, True, problems.discover())} \
+            == {("fp32",)}
+        with pytest.raises(BadInput, match="written for fp32"):
+            solutions.select_pairs(selected, None, True, problems.discover(), precision="bf16")
