@@ -3,6 +3,7 @@ causes and what they usually mean, the classification of an exception by phase a
 raised it (harness/blame.py), and what looks wrong about tensors passed to an extension."""
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,22 @@ CUDA_ERRORS = (
 )
 
 
-def cuda_error(text: str) -> tuple[str, str] | None:
-    """(short name, explanation) of a CUDA error named in an exception text."""
+_CUDA_FAULT_MARKERS = ("cuda error", "cuda kernel errors might be asynchronously reported", "cudaerror",
+                       "cudnn_status_execution_failed", "cublas_status_execution_failed")
+
+
+def cuda_error(text: str, exc: BaseException | None = None) -> tuple[str, str] | None:
+    """(short name, explanation) of a CUDA error in an exception (its text; torch's AcceleratorError
+    is one whatever it says). A kernel's fault is asynchronous: it surfaces at the next call that
+    synchronizes, wherever that is, so the name comes from the error, not from where it was raised."""
     lowered = text.lower()
     for needle, name, meaning in CUDA_ERRORS:
         if needle in lowered:
             return name, meaning
+    if (exc is not None and type(exc).__name__ == "AcceleratorError") or any(m in lowered for m in _CUDA_FAULT_MARKERS):
+        said = re.search(r"cuda error: ([^\n]+)", text, re.IGNORECASE)
+        name = said.group(1).strip().rstrip(".") if said else text.splitlines()[0][:120]
+        return name, "a CUDA error in a process that ran the solution's code: a kernel of the solution faulted"
     return None
 
 
@@ -53,10 +64,12 @@ class Failure(Exception):
 
 
 def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
-             problem_path: Path | None = None) -> Failure:
-    """Map an exception in `phase` to a status and one actionable line. An exception the harness
-    or the problem file raised itself (harness/blame.py) is a harness_error naming that frame,
-    never the solution's failure."""
+             problem_path: Path | None = None, solution_ran: bool = True) -> Failure:
+    """Map an exception in `phase` to a status and one actionable line. A CUDA error raised once
+    the solution's code has run in this process (`solution_ran`: its import began) is the
+    solution's, wherever it surfaces: a kernel's fault is reported at the next call that
+    synchronizes, often the harness's own (a sync, a handoff). Any other exception the harness or
+    the problem file raised itself (harness/blame.py) is a harness_error naming that frame."""
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, Failure):
         return exc
@@ -76,8 +89,8 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
         return Failure(Status.OOM, f"out of memory during {phase}: {first_line} at {where}", detail)
     if phase in ("load", "build"):
         return Failure(Status.LOAD_ERROR, f"{where}: {first_line}", detail)
-    named = cuda_error(text)
-    if named:  # a kernel's fault surfaces at the next sync, often in the harness's own code
+    named = cuda_error(text, exc)
+    if named and solution_ran:  # by cause, not by frame: the solution's kernel faulted
         return Failure(Status.RUNTIME_ERROR, f"{phase}: CUDA error: {named[0]} ({named[1]}), raised at {where}",
                        detail, cuda_error=named[0])
     owner = blame(exc, problem_path)

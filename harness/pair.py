@@ -137,7 +137,14 @@ def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -
     outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose"), limits), started)
     found = outcome.last("diagnosis")
     if found is None:
-        note = "the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish"
+        if outcome.timed_out:
+            why = f"it {outcome.timeout_message.split(': ', 1)[-1]}" if outcome.timeout_message else \
+                f"it ran past {outcome.limit_s:g} s and was killed"
+        elif outcome.signal_name or outcome.returncode:
+            why = f"its worker died ({outcome.signal_name or f'exit code {outcome.returncode}'}) before it reported"
+        else:
+            why = f"it ended in phase '{outcome.phase}' without reaching the first trial"
+        note = f"the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish: {why}"
     elif not found.get("reproduced"):
         note = "the error did not recur in a rerun with CUDA_LAUNCH_BLOCKING=1 (a race or uninitialized memory?)"
     else:

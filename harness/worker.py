@@ -74,6 +74,7 @@ class Worker:
         self.hint_bytes = int(request.get("hint_bytes", 0))  # largest input/output: sizes the poisoned block
         self.last_call: dict[str, Any] | None = None  # diagnosis: the last extension call
         self.calls = 0
+        self.solution_ran = False  # the solution's import began: a CUDA error from here on is its kernels'
         # seconds the device spent in calls, by kind (phases.gpu_s; harness/results.py PHASES)
         self.gpu = {"checked_s": 0.0, "warmup_s": 0.0, "timed_s": 0.0, "profile_s": 0.0}
 
@@ -99,6 +100,7 @@ class Worker:
                      wrap=self.recording if self.req["mode"] == "diagnose" else None)
         self.set_phase("load")
         sys.path.insert(0, str(self.solution_path.parent))
+        self.solution_ran = True
         with torch.no_grad():
             module = for_solution(load_module, self.solution_path, prefix="kb_solution")
         model_new = getattr(module, "ModelNew", None)
@@ -290,7 +292,8 @@ class Worker:
             return  # the lane is gone: nobody to report to
         except BaseException as exc:  # noqa: BLE001 - every path ends in an outcome
             failure = classify(exc, self.phase, self.solution_path, self.device,
-                               Path(self.req["problem_path"]) if self.req.get("problem_path") else None)
+                               Path(self.req["problem_path"]) if self.req.get("problem_path") else None,
+                               solution_ran=self.solution_ran)
             try:
                 self.events.emit("error", status=failure.status.value, message=failure.message,
                                  detail=failure.detail, phase=self.phase, **failure.fields)

@@ -94,3 +94,38 @@ def test_a_fault_injected_into_a_worker_s_harness_function_is_a_harness_error(tm
     assert "not the solution's fault" in result["message"]
     assert "harness/guards.py:2 (aliased_input)" in result["message"] and "injected fault" in result["message"]
     assert "cpp_ok.py" not in result["message"]
+
+
+def _raised_in_harness_code(exc: BaseException) -> BaseException:
+    """`exc` raised from a frame compiled as harness/worker.py (the worker's own sync)."""
+    namespace = {"exc": exc}
+    exec(compile("def sync():\n    raise exc\n", str(REPO_ROOT / "harness" / "worker.py"), "exec"), namespace)
+    return raised(namespace["sync"])
+
+
+@pytest.mark.parametrize("exc", [
+    torch.AcceleratorError("CUDA error: operation not supported on global/shared address space\n"
+                           "CUDA kernel errors might be asynchronously reported at some other API call"),
+    RuntimeError("CUDA error: an illegal memory access was encountered"),
+    RuntimeError("CUDA error: device-side assert triggered"),
+    torch.AcceleratorError("CUDA error: unrecognized error code"),
+])
+def test_a_cuda_error_is_the_solution_s_wherever_it_surfaces_once_its_code_ran(exc):
+    """A kernel's fault surfaces at the next call that synchronizes, often the harness's own: by
+    cause, not by frame, it is the solution's runtime_error; before the solution's code ran in the
+    process, the same error is not its fault."""
+    exc = _raised_in_harness_code(exc)
+    assert blame(exc).owner == "harness"  # the frame alone would blame the harness
+    failure = classify(exc, "timing", FIXTURE_SOLUTIONS / "cpp_ok.py", "cuda", solution_ran=True)
+    assert failure.status.value == "runtime_error" and "CUDA error: " in failure.message, failure.message
+    assert failure.fields["cuda_error"] and "harness" not in failure.fields["cuda_error"]
+    assert classify(exc, "setup", FIXTURE_SOLUTIONS / "cpp_ok.py", "cuda", solution_ran=False).status.value \
+        == "harness_error"
+
+
+def test_an_unknown_cuda_error_is_named_by_its_own_words():
+    exc = _raised_in_harness_code(torch.AcceleratorError(
+        "CUDA error: operation not supported on global/shared address space\nmore"))
+    failure = classify(exc, "correctness", FIXTURE_SOLUTIONS / "cpp_ok.py", "cuda")
+    assert "CUDA error: operation not supported on global/shared address space (" in failure.message
+    assert failure.fields["cuda_error"] == "operation not supported on global/shared address space"

@@ -10,6 +10,7 @@ from harness.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.gpu
+FAULTS = ("cuda_fault_far", "cuda_fault_low", "cuda_fault_asserting", "cuda_fault_too_many_threads")
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def results(tmp_path_factory):
                          {"device": "cuda", "results_dir": str(tmp_path_factory.mktemp("r")), "timeouts.run_s": 300})
     problem = problem_from_path(ADD_PROBLEM)
     pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
-             for n in ("cuda_cpu_bias", "cuda_misaligned", "cpp_out_by_value")]
+             for n in ("cuda_cpu_bias", "cuda_misaligned", "cpp_out_by_value") + FAULTS]
     return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="gpu-diag", out=lambda line: None)}
 
 
@@ -41,3 +42,19 @@ def test_output_by_value_on_gpu_is_a_shape_mismatch(results):
     r = results["cpp_out_by_value"]
     # the C++ fixture adds CUDA tensors with ATen, so it runs on the GPU as well
     assert r.status is Status.INCORRECT and "the output is empty" in r.message
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_a_kernels_fault_is_the_solutions_wherever_it_surfaces(results, name):
+    """Out of bounds, a low address, a device-side assert, too many threads per block: none
+    checks its launch, so the error surfaces at a later synchronizing call (often the harness's
+    own); by cause it is the solution's runtime_error, never a harness_error."""
+    r = results[name]
+    if name == "cuda_fault_too_many_threads" and r.status is Status.INCORRECT:
+        # the launch failed without running: the output was never written (poisoned), and nothing
+        # after it asked CUDA for the pending error
+        assert "NaN" in r.message or "elements outside" in r.message, r.message
+        return
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status.value}: {r.message}"
+    assert "CUDA error: " in r.message and "harness error" not in r.message, r.message
+    assert "CUDA_LAUNCH_BLOCKING=1" in r.message and r.phases.get("diagnose_s", 0) < 60, r.message
