@@ -13,7 +13,7 @@ from .env import gpu_now
 from .isolation import Outcome
 from .pool import kill
 from .precision import classes
-from .pipeline import assemble, build_info, failure, limit_hint, timing_of, verdict
+from .pipeline import assemble, build_of, failure, limit_hint, timing_of, verdict
 from .results import EvalResult, Status
 
 
@@ -112,7 +112,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     phases["truth_s"] = judgement.truth_s
     phases["judge_s"] = max(0.0, w.handoff_s - judgement.truth_s)
     spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))
-    build = build_info(outcome) if outcome.all("build") and not job["build"]["extensions"] else job["build"]
+    build = build_of(job["build"], outcome)
     timing = timing_of(outcome.events, refs)
     if failed and (outcome.last("error") or {}).get("cuda_error"):
         t0 = time.monotonic()

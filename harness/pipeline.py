@@ -87,6 +87,20 @@ def build_info(outcome: Outcome) -> dict[str, Any]:
             "log": "\n".join(b.get("log", "") for b in builds)}
 
 
+def build_of(step: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """A pair's build record: its build step's (`step`), with what its worker built besides (a
+    pair whose build step ran earlier takes the worker's record of its cached libraries; a
+    deferred build step, the worker's builds added to its own)."""
+    worker = build_info(outcome)
+    if not step["extensions"] and not step.get("log"):
+        return worker if worker["extensions"] else step
+    known = {e.get("dir") for e in step["extensions"]}
+    extra = [e for e in worker["extensions"] if e.get("dir") not in known]
+    if not extra:
+        return step
+    return {"extensions": list(step["extensions"]) + extra, "log": f"{step.get('log', '')}\n{worker['log']}"}
+
+
 def failure(outcome: Outcome, limit_hint: str = "") -> tuple[Status, str, str, str] | None:
     """(status, message, detail, phase) when the worker did not finish cleanly."""
     phase = outcome.phase
@@ -121,8 +135,14 @@ class PairRun:
         self.extensions: list[dict[str, Any]] = []  # what its build step built (or an earlier one, per the manifest)
 
     def run_build(self) -> EvalResult | None:
-        """Build step, with the GPU hidden; a result when the pair ends here (build/load error,
-        skipped, timeout, crash). A successful build is recorded in the cache's manifest."""
+        """Build step, with the GPU hidden; a result when the pair ends here (build error, skipped,
+        timeout). A successful build is recorded in the cache's manifest.
+
+        On a CUDA run an import that fails or crashes with the GPU hidden (a solution that uses
+        CUDA at import: a stream, device properties, a CUDA tensor, as KernelBench allows) does not
+        end the pair: it goes to its lane, whose worker imports it with its GPU visible and builds
+        there what is not built yet (the lane evaluates one pair at a time, so no pair of that
+        GPU is timed meanwhile). Its verdict, a load_error included, is the worker's."""
         t = self.ctx.cfg.timeouts
         outcome = run_module("harness.worker", request(self.ctx, self.pair, "build"), self.work_dir / "build",
                              limit_s=t.run_s, phase_limits={"build": t.build_s},
@@ -131,6 +151,10 @@ class PairRun:
         self.build = build_info(outcome)
         self.extensions = self.build["extensions"]
         failed = failure(outcome, limit_hint(outcome))
+        if failed and self.ctx.device == "cuda" and failed[0] in (Status.LOAD_ERROR, Status.CRASHED):
+            self.build["log"] += (f"\n[build step] with the GPU hidden the import failed ({failed[1]}); the solution "
+                                  f"is imported, and built where needed, by its worker with its GPU visible\n")
+            failed = None
         if failed is None or failed[0] is Status.SKIPPED:
             write_manifest(self.ctx.cache_dir, self.pair.solution, self.ctx.torch_version, self.ctx.arch,
                            self.ctx.device, self.build, skipped=failed[1] if failed else None)

@@ -55,3 +55,17 @@ def test_more_gpus_than_the_host_has_is_bad_input_and_records_nothing(tmp_path):
                  out=lambda line: None)
     assert not (tmp_path / "r").exists()
 
+
+
+@pytest.mark.parametrize("name", ["cuda_at_import_stream", "cuda_at_import_props", "cuda_at_import_tensor",
+                                  "cuda_at_import_device"])
+def test_a_solution_that_uses_cuda_at_import_is_judged_on_its_merits(tmp_path, name):
+    """A stream, the device's properties, a CUDA tensor, the current device at import: the build
+    step (GPU hidden) cannot import it, so its worker does, with its GPU visible, and builds what
+    is left to build; the verdict is the solution's own."""
+    pair = Pair(problems.problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / f"{name}.py"))
+    (result,) = evaluate([pair], _cfg(tmp_path), run_id=name, out=lambda line: None)
+    assert result.status is Status.OK, f"{result.status.value}: {result.message}"
+    if name == "cuda_at_import_stream":
+        assert result.build["extensions"][-1]["name"] == "fixture_cuda_at_import", result.build
+        assert "with the GPU hidden the import failed" in result.build["log"]

@@ -1,6 +1,7 @@
 """The whole pipeline on the CPU: C++ fixture solutions for elementwise_add, one run, every
 outcome recorded, and the run goes on past crashes and hangs."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,22 @@ def test_hang_is_timeout(cpu_run):
 def test_cuda_solution_is_skipped_on_cpu(cpu_run):
     r = cpu_run[0]["cuda_add"]
     assert r.status is Status.SKIPPED and "needs a CUDA device" in r.message
+
+
+@pytest.mark.parametrize("name, deferred", [("cuda_at_import_tensor", True), ("import_raises", True),
+                                            ("cpp_syntax_error", False)])
+def test_a_cuda_runs_build_step_leaves_an_import_that_fails_without_the_gpu_to_the_worker(tmp_path, name, deferred):
+    """On a CUDA run the build step imports with the GPU hidden; an import that fails there (CUDA
+    at import, as KernelBench allows) goes on to the lane, whose worker imports it with its GPU
+    visible and gives the verdict. A compile error stays the build step's."""
+    from harness.pipeline import PairRun, RunContext
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
+    import os
+    ctx = RunContext(run_id="r", cfg=cfg, device="cuda", arch="9.0", cache_dir=Path(os.environ["KB_BUILD_CACHE"]),
+                     work_root=tmp_path / "work", torch_version="t")
+    run = PairRun(ctx, Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / f"{name}.py")))
+    result = run.run_build()
+    if deferred:
+        assert result is None and "with the GPU hidden the import failed" in run.build["log"], result
+    else:
+        assert result is not None and result.status is Status.BUILD_ERROR
