@@ -6,6 +6,7 @@ parameters. The report has the same form for every device.
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import OrderedDict
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 
 from .handoff import HandoffError, Imports, overlaps, snapshot
-from .numerics import classify, diagnose_parameters, explain_by_variants, float64_copy, ground_truth
+from .numerics import (classify, diagnose_parameters, explain_by_variants, float64_copy, ground_truth,
+                       rounded_tolerance, rounding_errors)
 from .precision import casts, loosest
 from .problems import construct, load_module, make_inputs
 
@@ -171,13 +173,17 @@ class PairJudgement:
             del view, inputs_after
         return taken
 
+    def _key(self, shape_index: int, seed: int) -> tuple:
+        """What ground truth (and the rounding errors) of one output depend on."""
+        return (self.problem.sha256, json.dumps(self._overrides(shape_index), sort_keys=True, default=str),
+                self.seeds["init"], seed, self.run)
+
     def truth(self, shape_index: int, seed: int, inputs: list) -> tuple[torch.Tensor, str, torch.dtype]:
         overrides = self._overrides(shape_index)
         ref = self.problem.reference(overrides, self.seeds["init"], self.dtype)
         if ref["dtype"] is None:
             ref["dtype"] = ref["model"](*inputs).dtype
-        key = (self.problem.sha256, json.dumps(overrides, sort_keys=True, default=str), self.seeds["init"], seed,
-               self.run)
+        key = self._key(shape_index, seed)
         cached = self.judge.cache.get(key)
         if cached is not None:
             self.truth_cached += 1
@@ -206,8 +212,21 @@ class PairJudgement:
             result = {"ok": False, "precision": None, "message": taken.problem}
         else:
             truth, self.precision, expected_dtype = self.truth(entry["shape"], entry["seed"], taken.inputs)
-            cls, comparison = classify(taken.out, truth, expected_dtype, self.tol)
+            bounds: dict[str, Any] = {}
+            tolerances = {name: (functools.partial(self.rounded, name, entry, taken.inputs, truth, bounds)
+                                 if getattr(tol, "between", None) is not None else tol)
+                          for name, tol in self.tol.items()}
+            cls, comparison = classify(taken.out, truth, expected_dtype, tolerances)
             result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
+            for name, tol in bounds.items():
+                result.setdefault("rel_l2_bounds", {})[name] = tol.rel_l2
+                if getattr(tol, "rounding", None):
+                    result["rounding"] = tol.rounding
+                    if cls is None and name == list(self.tol)[-1]:
+                        result["message"] += (f"; the {name} class's rel L2 bound for this output, {tol.rel_l2:.3g}, "
+                                              f"lies between the reference's own error with its operands rounded "
+                                              f"to TF32 ({tol.rounding['tf32']:.2g}) and to bf16 "
+                                              f"({tol.rounding['bf16']:.2g}): this error is not TF32 arithmetic's")
             if cls is None and not self.explained and comparison.max_abs_error is not None:
                 self.explained = True  # one try per pair: each variant costs a float64 forward
                 model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"], self.dtype)["model"]
@@ -219,6 +238,21 @@ class PairJudgement:
                       overrides=self._overrides(entry["shape"]))
         self.results.append(result)
         return result
+
+    def rounded(self, name: str, entry: dict[str, Any], inputs: list, truth: torch.Tensor,
+                bounds: dict[str, Any]):
+        """Class `name`'s tolerance for this output, its relative-L2 bound set from the reference's
+        own rounding errors (numerics.rounding_errors), computed once per output's key in a run."""
+        key = self._key(entry["shape"], entry["seed"])
+        if key not in self.judge.rounding:
+            start = time.monotonic()
+            model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"], self.dtype)["model"]
+            self.judge.rounding[key] = rounding_errors(model, inputs, truth, self.problem.device, entry["seed"])
+            self.judge.sync()
+            self.truth_s += time.monotonic() - start
+        floor = self.tol["fp32"].rel_l2 if "fp32" in self.tol and name != "fp32" else 0.0
+        bounds[name] = rounded_tolerance(self.tol[name], self.judge.rounding[key], floor)
+        return bounds[name]
 
     def take_state(self, entry: dict[str, Any], payload: bytes, device: str) -> None:
         """ModelNew's parameters against the reference's, after matched-seed construction."""
@@ -265,6 +299,7 @@ class Judge:
     def __init__(self, device: str, cache_bytes: int):
         self.device = device
         self.cache = TruthCache(cache_bytes)
+        self.rounding: dict[tuple, dict[str, float] | None] = {}  # output key -> numerics.rounding_errors
         self.problems: dict[str, ProblemState] = {}
 
     def problem(self, path: Path, sha256: str) -> ProblemState:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import torch
@@ -71,6 +72,89 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
 # Elements per comparison chunk: the float64 temporaries of a chunk take about 1 GB on the GPU
 # (64 MB on the CPU), so a multi-GB output is never copied whole to float64.
 CHUNK_ELEMENTS = {"cuda": 1 << 24, "cpu": 1 << 20}
+
+# -- what rounding the operands costs: the tf32 class's bound per output ---------------------------
+# A class that names an arithmetic has to tell it from a cheaper one. TF32 and bf16 tensor-core
+# arithmetic both accumulate in fp32; they differ in how their operands are rounded (10 and 7
+# significand bits), and for a sum of products that rounding is nearly all of the error. So the
+# error the reference itself makes when its operands (inputs, parameters, buffers) are rounded to
+# TF32 and to bf16 and it runs in fp32 (TF32 off) brackets the two arithmetics on this very output;
+# the tf32 class's relative-L2 bound sits between them (correctness.tf32.between) and so lets TF32
+# pass and bf16 fail whatever the problem's conditioning.
+ROUNDINGS = ("tf32", "bf16")
+
+
+def round_operand(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """`x` (floating point) as float32 with its significand rounded to nearest even: 10 bits for
+    'tf32', 7 for 'bf16'."""
+    x = x.float()
+    if kind == "bf16":
+        return x.to(torch.bfloat16).float()
+    bits = x.contiguous().view(torch.int32)
+    lsb = (bits >> 13) & 1
+    return ((bits + 0xFFF + lsb) & ~0x1FFF).view(torch.float32).view(x.shape)
+
+
+def rel_l2(out: torch.Tensor, truth: torch.Tensor) -> float:
+    """||out - truth|| / ||truth|| over the elements where truth is finite, in float64 chunks."""
+    got_all, ref_all = out.reshape(-1), truth.reshape(-1)
+    step = CHUNK_ELEMENTS.get(truth.device.type, 1 << 20)
+    err_sq = ref_sq = 0.0
+    for first in range(0, ref_all.numel(), step):
+        ref = ref_all[first:first + step].to(torch.float64)
+        got = got_all[first:first + step].to(truth.device, torch.float64)
+        finite = torch.isfinite(ref)
+        diff = torch.where(finite, got - ref, torch.zeros_like(ref))
+        ref = torch.where(finite, ref, torch.zeros_like(ref))
+        err_sq += float(torch.dot(diff, diff))
+        ref_sq += float(torch.dot(ref, ref))
+    if not math.isfinite(err_sq):
+        return float("inf")
+    return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else (0.0 if err_sq == 0 else float("inf"))
+
+
+@torch.no_grad()
+def rounding_errors(model: torch.nn.Module, inputs: Sequence[Any], truth: torch.Tensor, device,
+                    seed: int = 0) -> dict[str, float] | None:
+    """The relative L2 error against `truth` of `model` run in float32 with TF32 off and its
+    floating-point inputs, parameters and buffers rounded (round_operand), per rounding; None when
+    the model cannot run so or gives no tensor. Each run starts from the same RNG state (`seed`)."""
+    errors: dict[str, float] = {}
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        for kind in ROUNDINGS:
+            rounded = copy.deepcopy(model).to(device).float()
+            for t in list(rounded.parameters()) + list(rounded.buffers()):
+                if t.is_floating_point():
+                    t.copy_(round_operand(t, kind))
+            xs = [round_operand(_to(x, device), kind) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                  else _to(x, device) for x in inputs]
+            with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
+                torch.manual_seed(seed)
+                out = rounded(*xs)
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(truth.shape):
+                return None
+            errors[kind] = rel_l2(out, truth)
+            del rounded, xs, out
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return errors
+
+
+def rounded_tolerance(tol, errors: dict[str, float] | None, floor: float):
+    """The tolerance `tol` (a class with `between`) for one output whose rounding errors are
+    `errors`: rel_l2 = e_tf32^(1 - between) * e_bf16^between, at least `floor` (the fp32 class's
+    bound) and at most tol.rel_l2; `tol` as it is where the errors are unknown."""
+    if errors is None or getattr(tol, "between", None) is None:
+        return tol
+    w = tol.between
+    low, high = errors["tf32"], errors["bf16"]
+    point = low ** (1 - w) * high ** w if low > 0 and high > 0 else max(low, high)
+    bound = min(tol.rel_l2, max(floor, point))
+    return SimpleNamespace(atol=tol.atol, rtol=tol.rtol, rel_l2=bound, between=w, rounding=dict(errors))
 
 
 def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol) -> Comparison:
@@ -283,10 +367,11 @@ def error_pattern(bad: torch.Tensor, diff: torch.Tensor | None, ref_abs: torch.T
 def classify(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tolerances: dict) -> tuple[str | None, Comparison]:
     """The first precision class of `tolerances` (class -> tolerance, strictest first: the run's
     classes, harness/precision.py) that `out` falls in (None = incorrect), with the comparison
-    that decided it (the loosest class's when it is in none)."""
+    that decided it (the loosest class's when it is in none). A tolerance may be a function that
+    makes it, called only when that class is reached (the tf32 class's costs two forwards)."""
     comparison = None
-    for name in tolerances:
-        comparison = compare(out, truth, expected_dtype, tolerances[name])
+    for name, tol in tolerances.items():
+        comparison = compare(out, truth, expected_dtype, tol() if callable(tol) else tol)
         if comparison.ok:
             return name, comparison
     return None, comparison

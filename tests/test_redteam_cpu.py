@@ -10,7 +10,7 @@ from harness.runner import evaluate
 from harness.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
-ADD = ["cpp_ok", "cpp_tf32", "cheat_monkeypatch", "cheat_pointer_cache", "cheat_empty", "cheat_mutate_input",
+ADD = ["cpp_ok", "cpp_tf32", "cpp_bf16_as_fp32", "cheat_monkeypatch", "cheat_pointer_cache", "cheat_empty", "cheat_mutate_input",
        "cheat_inplace_alias", "cheat_zeros", "cheat_reference_output"]
 CONV = ["ct2d_weight_layout", "ct2d_init_order", "ct2d_fixed_batch", "cheat_reference_output"]
 P902 = REPO_ROOT / "problems" / "conv_transpose2d" / "902_conv_transpose2d_odd_unaligned.py"
@@ -46,6 +46,14 @@ def test_tf32_kernel_is_tf32_class(run):
     r = add(run, "cpp_tf32")
     assert r.status is Status.OK and r.correctness["precision"] == "tf32", r.message
     assert r.timing["baseline"] == "reference"
+
+
+def test_bf16_arithmetic_does_not_earn_the_tf32_class(run):
+    r = add(run, "cpp_bf16_as_fp32")
+    assert r.status is Status.INCORRECT, r.message
+    assert "this error is not TF32 arithmetic's" in r.message and "rounding-like" in r.message, r.message
+    tf32 = add(run, "cpp_tf32").correctness
+    assert tf32["min_margin"] >= 2 and all(o["rounding"]["bf16"] > 5 * o["rounding"]["tf32"] for o in tf32["outputs"])
 
 
 @pytest.mark.parametrize("name", ["cheat_monkeypatch", "cheat_empty", "cheat_zeros"])
