@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from pathlib import Path
 
 # torch warns on import when numpy is absent; the harness does not use numpy (nor need a user's
 # problem file), so the warning only alarms a new user of a fresh venv.
@@ -45,7 +46,8 @@ def eval_parser() -> argparse.ArgumentParser:
 def selection_args(p: argparse.ArgumentParser) -> None:
     """What the eval and check commands share: which pairs, which config, where results go."""
     p.add_argument("--problem", help="family, problem id, number, unique prefix, or a problem file path")
-    p.add_argument("--solution", help="solution name (file stem) or a path to any solution file")
+    p.add_argument("--solution", help="solution name (file stem) or a path to any solution file; 'reference': each "
+                                      "problem's own Model as its solution (A/A: the harness's noise floor)")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default {DEFAULT_CONFIG})")
     p.add_argument("--device", choices=DEVICES, help="override the config's device")
     p.add_argument("--run-id", help="results go to <results_dir>/<run-id>/ (default: a new timestamped id)")
@@ -69,9 +71,14 @@ def check_parser() -> argparse.ArgumentParser:
     selection_args(p)
     p.add_argument("--timing", action="store_true", help="also time the pairs (and compare them with --baseline)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per pair")
-    p.add_argument("--baseline", metavar="RUN_DIR", help="fail on regressions against this run")
+    against = p.add_mutually_exclusive_group()
+    against.add_argument("--baseline", metavar="RUN_DIR", help="fail on regressions against this stored run")
+    against.add_argument("--baseline-rev", metavar="REV",
+                         help="fail on regressions against each solution as it was at this git revision, timed in "
+                              "the same run (with --timing)")
     p.add_argument("--max-regression", type=float, default=0.05,
-                   help="a speedup this much lower than the baseline's, beyond both IQRs, fails (default 0.05)")
+                   help="a regression is called when the whole confidence interval of speedup now / speedup then "
+                        "lies this much below 1 (default 0.05)")
     p.add_argument("--allow-skipped", action="store_true", help="pass even when no pair could be evaluated here")
     return p
 
@@ -117,7 +124,6 @@ def leaderboard_parser() -> argparse.ArgumentParser:
 
 def cmd_leaderboard(argv: list[str]) -> int:
     import json as jsonlib
-    from pathlib import Path
 
     from harness import htmlboard, standings
     args = leaderboard_parser().parse_args(argv)
@@ -237,8 +243,10 @@ def selected_pairs(args, cfg: Config) -> list:
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
+    from harness.build import default_cache_dir
     return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
-                                  precision=cfg.precision)
+                                  precision=cfg.precision,
+                                  reference_dir=Path(cfg.build.cache_dir or default_cache_dir()) / "reference")
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -267,7 +275,7 @@ def cmd_check(argv: list[str]) -> int:
     cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
     pairs = selected_pairs(args, cfg)
     verdict = run_check(pairs, cfg, run_id=args.run_id or "check-" + new_run_id(), baseline=args.baseline,
-                        max_regression=args.max_regression, allow_skipped=args.allow_skipped, junit=args.junit,
+                        baseline_rev=args.baseline_rev, max_regression=args.max_regression, allow_skipped=args.allow_skipped, junit=args.junit,
                         jobs=args.jobs, solution_filter=args.solution)
     return 1 if verdict.reasons else 0
 

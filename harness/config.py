@@ -75,6 +75,11 @@ class TimingConfig:
     # this or the GPU's temperature moved by more than this since
     reference_max_age_s: float = 600.0
     reference_max_temp_delta_c: float = 10.0
+    # the timed calls are taken in rounds that alternate the reference (timed by the lane, in the
+    # role the pair's class is compared with) and the solution (timed by its worker), so both see
+    # the same machine; the speedup's confidence interval is a bootstrap over the rounds
+    rounds: int = 10
+    confidence: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,8 @@ def validate(cfg: Config) -> Config:
         raise BadInput(where, f"gpus must be a number of GPUs >= 1 or 'all', got {cfg.gpus}")
     if not 0 <= c.truth_cache_fraction <= 0.9:
         raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
+    if t.rounds < 1 or not 0.5 <= t.confidence < 1:
+        raise BadInput(where, "timing.rounds must be >= 1 and timing.confidence in [0.5, 1)")
     if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:
         raise BadInput(where, "timing.reference_max_age_s and timing.reference_max_temp_delta_c must be > 0")
     if cfg.build.jobs < 0:

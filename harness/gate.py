@@ -12,26 +12,41 @@ from typing import Any
 from .problems import _display
 from .results import EvalResult, Status
 from .standings import Entry, board_of, speedup_of
+from .timing import speedup_change_interval
 
 
 @dataclass(frozen=True)
 class Change:
     problem: str
     solution: str
-    kind: str        # "no longer correct", "slower", "disappeared", "now correct", "faster"
+    kind: str        # "no longer correct", "slower", "disappeared", "now correct", "faster", "within noise"
     message: str
 
     @property
     def regression(self) -> bool:
         return self.kind in ("no longer correct", "slower", "disappeared")
 
+    @property
+    def improvement(self) -> bool:
+        return self.kind in ("now correct", "faster")
+
+
+def _rounds(result: EvalResult) -> tuple[list, list] | None:
+    """(baseline rounds, solution rounds) where both were timed in alternating rounds."""
+    t = result.timing or {}
+    ref, sol = (t.get(t.get("baseline", "")) or {}).get("rounds"), (t.get("solution") or {}).get("rounds")
+    return (ref, sol) if ref and sol and t.get("speedup_ci") else None
+
 
 def speedup_bounds(result: EvalResult) -> tuple[float, float] | None:
-    """(lowest, highest) speedup the two interquartile ranges allow: the baseline's q1 over the
-    solution's q3, and its q3 over the solution's q1."""
+    """(lowest, highest) speedup a result allows: its confidence interval (timing.speedup_ci), or
+    for a result timed before the rounds, what its two interquartile ranges allow (the baseline's
+    q1 over the solution's q3, its q3 over the solution's q1)."""
     t = result.timing or {}
     if speedup_of(result) is None:
         return None
+    if t.get("speedup_ci"):
+        return tuple(t["speedup_ci"])
     sol, base = t.get("solution") or {}, t.get(t.get("baseline", ""), {}) or {}
     try:
         return base["q1_ms"] / sol["q3_ms"], base["q3_ms"] / sol["q1_ms"]
@@ -40,40 +55,67 @@ def speedup_bounds(result: EvalResult) -> tuple[float, float] | None:
         return value, value
 
 
-def compare(current: list[EvalResult], baseline: list[Entry], max_regression: float) -> list[Change]:
-    """Regressions and improvements of `current` against the baseline's results on the same GPU:
-    a pair correct there and not now; a speedup lower by more than `max_regression` once both
-    interquartile ranges are allowed for; a pair of the baseline that is missing now."""
-    now = {(r.problem["id"], r.solution["name"], board_of(r)): r for r in current}
-    gpus = {board_of(r) for r in current}
+def change_interval(new: EvalResult, old: EvalResult, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Confidence interval of speedup(new) / speedup(old): a bootstrap over both results' rounds
+    where both have them (the two timed in this run, or in runs with rounds), else the widest
+    ratio their own intervals allow."""
+    if speedup_of(new) is None or speedup_of(old) is None:
+        return None
+    a, b = _rounds(new), _rounds(old)
+    if a and b:
+        return speedup_change_interval(a, b, confidence, seed=0)
+    lo_new, hi_new = speedup_bounds(new)
+    lo_old, hi_old = speedup_bounds(old)
+    return lo_new / hi_old, hi_new / lo_old
+
+
+def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,
+                  confidence: float = 0.95) -> list[Change]:
+    """Regressions and improvements of each (now, then, label): a pair correct then and not now; a
+    speedup lower by more than `max_regression`, called only when the whole confidence interval of
+    now / then lies below 1 - max_regression (faster: above 1 + max_regression); a pair of then
+    that is missing now (`now` None)."""
     changes: list[Change] = []
+    for new, old, label in pairs:
+        problem, solution = old.problem["id"], old.solution["name"]
+        where = f"{problem} / {label}"
+        if new is None:
+            changes.append(Change(problem, label, "disappeared", f"{where}: in the baseline, not in this check"))
+            continue
+        if old.status is Status.OK and new.status is not Status.OK:
+            changes.append(Change(problem, label, "no longer correct",
+                                  f"{where}: correct in the baseline, now {new.status.value}: {new.message}"))
+        elif old.status is not Status.OK and new.status is Status.OK:
+            changes.append(Change(problem, label, "now correct", f"{where}: {old.status.value} in the baseline, now ok"))
+        interval = change_interval(new, old, confidence)
+        if interval is None:
+            continue
+        ratio = speedup_of(new) / speedup_of(old)
+        said = (f"{where}: speedup {speedup_of(new):.2f}x against the baseline's {speedup_of(old):.2f}x: "
+                f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
+        if interval[1] < 1 - max_regression:
+            changes.append(Change(problem, label, "slower", f"{said}, all of it more than {max_regression:.0%} lower"))
+        elif interval[0] > 1 + max_regression:
+            changes.append(Change(problem, label, "faster", f"{said}, all of it more than {max_regression:.0%} higher"))
+        else:
+            changes.append(Change(problem, label, "within noise", f"{said}: no change called"))
+    return changes
+
+
+def compare(current: list[EvalResult], baseline: list[Entry], max_regression: float,
+            confidence: float = 0.95) -> list[Change]:
+    """Regressions and improvements of `current` against a stored baseline's results on the same
+    board (GPU and precision; harness/standings.py), by compare_pairs's interval rule."""
+    now = {(r.problem["id"], r.solution["name"], board_of(r)): r for r in current}
+    boards = {board_of(r) for r in current}
+    pairs = []
     for entry in baseline:
         old = entry.result
         key = (old.problem["id"], old.solution["name"], board_of(old))
-        if key[2] not in gpus or old.status is Status.SKIPPED:
+        if key[2] not in boards or old.status is Status.SKIPPED:
             continue  # another GPU's results are not comparable
-        new = now.get(key)
-        where = f"{key[0]} / {key[1]}"
-        if new is None:
-            changes.append(Change(key[0], key[1], "disappeared", f"{where}: in the baseline, not in this check"))
-            continue
-        if old.status is Status.OK and new.status is not Status.OK:
-            changes.append(Change(key[0], key[1], "no longer correct",
-                                  f"{where}: correct in the baseline, now {new.status.value}: {new.message}"))
-        elif old.status is not Status.OK and new.status is Status.OK:
-            changes.append(Change(key[0], key[1], "now correct", f"{where}: {old.status.value} in the baseline, now ok"))
-        a, b = speedup_bounds(old), speedup_bounds(new)
-        if a is None or b is None:
-            continue
-        if b[1] < a[0] * (1 - max_regression):
-            changes.append(Change(key[0], key[1], "slower",
-                                  f"{where}: speedup {speedup_of(new):.2f}x (at most {b[1]:.2f}x within its IQR) "
-                                  f"against the baseline's {speedup_of(old):.2f}x (at least {a[0]:.2f}x), more than "
-                                  f"{max_regression:.0%} lower"))
-        elif b[0] > a[1] * (1 + max_regression):
-            changes.append(Change(key[0], key[1], "faster",
-                                  f"{where}: speedup {speedup_of(new):.2f}x against the baseline's {speedup_of(old):.2f}x"))
-    return changes
+        pairs.append((now.get(key), old, key[1]))
+    return compare_pairs(pairs, max_regression, confidence)
 
 
 @dataclass
@@ -179,7 +221,7 @@ def step_summary(verdict: Verdict) -> str:
         lines += ["### Speedups", "", "| problem | solution | class | speedup |", "|---|---|---|---|"]
         lines += [f"| {r.problem['id']} | {r.solution['name']} | {r.correctness.get('precision')} | "
                   f"{speedup_of(r):.2f}x |" for r in timed] + [""]
-    better = [c for c in verdict.changes if not c.regression]
+    better = [c for c in verdict.changes if c.improvement]
     if better:
         lines += ["### Improvements", ""] + [f"- {_md(c.message)}" for c in better] + [""]
     return "\n".join(lines) + "\n"

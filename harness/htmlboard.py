@@ -8,7 +8,8 @@ import io
 from typing import Any
 
 from .errors import BadInput
-from .leaderboard import BOARD_COLUMNS, OTHER_COLUMNS, _board_rows, pass_at_k_rows, summary_columns, summary_table_rows
+from .leaderboard import (BOARD_COLUMNS, OTHER_COLUMNS, _board_rows, aa_text, pass_at_k_rows, summary_columns,
+                          summary_table_rows)
 from .standings import sample_of
 
 
@@ -85,7 +86,7 @@ def page(data: dict[str, Any], sources: list[str], png: bytes | None) -> str:
     for board in data["boards"]:
         parts.append(f"<h2>{html.escape(board['gpu'])}</h2>")
         for pid, slot in board["problems"].items():
-            parts.append(f"<h3>{html.escape(pid)}</h3>")
+            parts.append(f"<h3>{html.escape(pid + aa_text(slot.get('aa')))}</h3>")
             ranked, others = _board_rows(slot)
             if ranked:
                 parts.append(_table(BOARD_COLUMNS, ranked))

@@ -38,7 +38,7 @@ from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill
-from .precision import STRICT_FLAG, casts, strict_role
+from .precision import casts, strict_backends, strict_role
 from .results import Status
 
 FIRST_CALLS = ("construct", "profile")
@@ -78,27 +78,9 @@ class Watch:
     events: list = dataclasses.field(default_factory=list)
     phase_s: dict = dataclasses.field(default_factory=dict)   # phases key -> seconds (lane's handoffs excluded)
     handoff_s: float = 0.0
+    rounds_s: float = 0.0                                     # the lane timing the reference's rounds
     timeout: tuple[float, str] | None = None                  # (limit, message)
     broken: str = ""                                          # a protocol violation
-
-
-@contextmanager
-def strict_backends(run: str, on: bool):
-    """PyTorch's strictest setting for a run's precision while timing its strict baseline: TF32
-    off everywhere (fp32), the reduced-precision reductions of fp16/bf16 GEMMs off as well (half
-    runs). Restored afterwards."""
-    import torch
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    names = [(matmul, "allow_tf32"), (cudnn, "allow_tf32")] + ([(matmul, STRICT_FLAG[run])] if run in STRICT_FLAG else [])
-    saved = [getattr(owner, name) for owner, name in names]
-    if on:
-        for owner, name in names:
-            setattr(owner, name, False)
-    try:
-        yield
-    finally:
-        for (owner, name), value in zip(names, saved):
-            setattr(owner, name, value)
 
 
 class Lane:
@@ -180,8 +162,9 @@ class Lane:
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
-              max_payload: int = 1 << 30) -> Watch:
-        """Send the request to the worker and follow it until it ends or is killed."""
+              max_payload: int = 1 << 30, rounds=None) -> Watch:
+        """Send the request to the worker and follow it until it ends or is killed; the reference's
+        rounds (`rounds`) are timed when the worker asks."""
         w = Watch()
         spare.channel.send({"op": "run", "request": request})
         phase, phase_start, other_used = "start", time.monotonic(), 0.0
@@ -246,6 +229,17 @@ class Lane:
                 spent = time.monotonic() - now
                 w.handoff_s += spent
                 phase_start += spent  # the lane's time is not the worker's
+            elif event == "round":
+                try:
+                    if rounds is not None:
+                        with stopped(spare.pid):
+                            rounds.block(message)
+                    spare.channel.send({"op": "ack"})
+                except ChannelClosed:
+                    break
+                spent = time.monotonic() - now
+                w.rounds_s += spent
+                phase_start += spent
             else:
                 w.events.append(message)
         self.pool.thaw()

@@ -23,12 +23,17 @@ def _ms(stats: dict | None) -> str:
     return f"{stats['median_ms']:.3f} ±{stats['iqr_ms']:.3f}"
 
 
+def ci_text(interval) -> str:
+    """' [lo-hi]': a speedup's confidence interval (timing.speedup_ci), or ''."""
+    return f" [{interval[0]:.2f}-{interval[1]:.2f}]" if interval else ""
+
+
 def row(result: EvalResult) -> list[str]:
     t = result.timing or {}
     err = result.correctness.get("max_abs_error") if result.correctness else None
     speedup = t.get("speedup")
     precision = result.correctness.get("precision") if result.correctness else None
-    vs = f" (vs {STRICT_SHORT[t['baseline']]})" if t.get("baseline") in STRICT_SHORT else ""
+    vs = ci_text(t.get("speedup_ci")) + (f" (vs {STRICT_SHORT[t['baseline']]})" if t.get("baseline") in STRICT_SHORT else "")
     return [
         result.problem["id"],
         result.solution["name"],
@@ -116,8 +121,8 @@ def summary(results: Iterable[EvalResult]) -> dict[str, int]:
 # -- the leaderboard across runs (harness/standings.py) -------------------------------------------
 BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "flags", "run", "commit"]
 OTHER_COLUMNS = ["solution", "status", "message", "run"]
-PAIR_CSV = ["gpu", "precision", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup", "flags",
-            "run_id", "commit", "message"]
+PAIR_CSV = ["gpu", "precision", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup",
+            "speedup_ci_low", "speedup_ci_high", "flags", "run_id", "commit", "message"]
 
 
 def _short(text: str, limit: int = 140) -> str:
@@ -130,21 +135,36 @@ def pair_record(entry, rank: int | None) -> dict:
     from .standings import commit_of, gpu_of, precision_of, speedup_of
     r = entry.result
     t = r.timing or {}
+    ci = t.get("speedup_ci") if speedup_of(r) is not None else None
     base = t.get(t.get("baseline", ""), {}) or {}
     sol = t.get("solution") or {}
     return {"gpu": gpu_of(r), "precision": r.precision, "problem": r.problem["id"], "rank": rank,
             "solution": r.solution["name"],
             "status": r.status.value, "class": precision_of(r), "ms": sol.get("median_ms"), "iqr_ms": sol.get("iqr_ms"),
             "ref_ms": base.get("median_ms"), "baseline": t.get("baseline"), "speedup": speedup_of(r),
+            "speedup_ci_low": ci[0] if ci else None, "speedup_ci_high": ci[1] if ci else None,
             "flags": list(r.flags), "run_id": r.run_id, "commit": commit_of(r), "message": r.message,
             "path": str(entry.path)}
 
 
 def board_data(boards_: list, summary_rows: list[dict]) -> dict:
-    return {"boards": [{"gpu": b.gpu, "problems": {
-        pid: {"ranked": [pair_record(e, i + 1) for i, e in enumerate(slot["ranked"])],
-              "others": [pair_record(e, None) for e in slot["others"]]} for pid, slot in sorted(b.problems.items())}}
-        for b in boards_], "summary": summary_rows}
+    """Every board's problems: the ranked and the other records, and `aa`: the problem's A/A pair
+    (its reference as its own solution, --solution reference) where one was run, the noise floor
+    its speedups are read against."""
+    def problem(slot: dict) -> dict:
+        ranked = [pair_record(e, i + 1) for i, e in enumerate(slot["ranked"])]
+        aa = next((rec for e, rec in zip(slot["ranked"], ranked) if e.result.solution.get("kind") == "reference"), None)
+        return {"ranked": ranked, "others": [pair_record(e, None) for e in slot["others"]], "aa": aa}
+    return {"boards": [{"gpu": b.gpu, "problems": {pid: problem(slot) for pid, slot in sorted(b.problems.items())}}
+                       for b in boards_], "summary": summary_rows}
+
+
+def aa_text(aa: dict | None) -> str:
+    """' (A/A 1.01x [0.99-1.02])': the problem's noise floor, or ''."""
+    if not aa or aa.get("speedup") is None:
+        return ""
+    interval = (aa["speedup_ci_low"], aa["speedup_ci_high"]) if aa.get("speedup_ci_low") is not None else None
+    return f" (A/A {aa['speedup']:.2f}x{ci_text(interval)})"
 
 
 def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
@@ -156,7 +176,8 @@ def _board_rows(slot: dict) -> tuple[list[list[str]], list[list[str]]]:
     for rec in slot["ranked"]:
         ms = f"{rec['ms']:.3f} ±{rec['iqr_ms']:.3f}" if rec["ms"] is not None else "-"
         label = baseline_label(rec["baseline"] or "", rec["precision"])
-        vs = f" (vs {label})" if label else ""
+        interval = (rec["speedup_ci_low"], rec["speedup_ci_high"]) if rec.get("speedup_ci_low") is not None else None
+        vs = ci_text(interval) + (f" (vs {label})" if label else "")
         ranked.append([str(rec["rank"]), rec["solution"], rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
                        _fmt(rec["speedup"], ".2f", "x") + (vs if rec["speedup"] is not None else ""),
                        ",".join(rec["flags"]) or "-", rec["run_id"], rec["commit"] or "-"])
@@ -199,7 +220,7 @@ def board_text(data: dict, fmt: str = "text") -> str:
     for board in data["boards"]:
         out.append(("## " if md else "== ") + board["gpu"] + ("" if md else " =="))
         for pid, slot in board["problems"].items():
-            out.append(("### " if md else "-- ") + pid)
+            out.append(("### " if md else "-- ") + pid + aa_text(slot.get("aa")))
             ranked, others = _board_rows(slot)
             if ranked:
                 out.append(tabulate(ranked, headers=BOARD_COLUMNS, tablefmt=style, disable_numparse=True))

@@ -12,7 +12,7 @@ from .blame import blame
 from .env import gpu_now
 from .isolation import Outcome
 from .pool import kill
-from .precision import classes
+from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
 from .pipeline import assemble, build_of, failure, limit_hint, timing_of, verdict
 from .results import EvalResult, Status
 
@@ -33,6 +33,104 @@ def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
             "call_rule": f"max(timeouts.call_s={t['call_s']:g} s, timeouts.call_factor={t['call_factor']:g} x the "
                          f"reference's {reference_ms:.3g} ms; the first call of a model at least "
                          f"timeouts.first_call_s={t['first_call_s']:g} s)"}
+
+
+class ReferenceRounds:
+    """The reference's half of a pair's timing rounds (worker.time_model): before each round of the
+    solution's, the lane times a block of the reference, in the role the pair's class is compared
+    with (decided at the first round from the outputs judged so far; PyTorch's defaults for an A/A
+    pair), while the worker is stopped. Work the worker left running on the GPU would slow the
+    reference: the lane waits for the GPU to be idle first and records what it found
+    (`disturbed`). Out of memory here, the pair keeps the lane's earlier measurement."""
+
+    IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
+
+    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of):
+        self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
+        self.t, self.run = job["config"]["timing"], job["config"]["precision"]
+        self.role: str | None = None
+        self.blocks: list[list[float]] = []
+        self.gpu_s = 0.0
+        self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
+        self.failed = ""
+        self.state = None            # (model, input pool) while the pair is timed
+        self.timer = None
+
+    def block(self, message: dict[str, Any]) -> None:
+        if self.failed:
+            return
+        import torch
+
+        from .timing import InputPool, make_timer, per_round, planned_samples, rule_of
+        try:
+            if self.state is None:
+                self.role = self.role or self.role_of()
+                model = self.problem.reference({}, self.job["seeds"]["init"], casts(self.run))["model"]
+                pool = InputPool([self.problem.inputs({}, seed, casts(self.run)) for seed in self.job["seeds"]["timing"]])
+                self.timer = self.timer or make_timer(self.lane.device, self.t["flush_l2"])
+                self.state = (model, pool)
+            model, pool = self.state
+            timer = self.timer
+            per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
+            _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
+            with torch.no_grad(), strict_backends(self.run, self.role != "reference"):
+                self._wait_idle()
+                block = []
+                for _ in range(each):
+                    pool.refresh()
+                    block.append(timer(lambda: model(*pool.live)))
+            self.blocks.append(block)
+            self.gpu_s += sum(block) / 1e3
+        except torch.OutOfMemoryError as exc:
+            self.failed = f"the lane ran out of memory timing the reference's rounds ({exc})".splitlines()[0]
+            self.release()
+
+    def _wait_idle(self, limit_s: float = 2.0) -> None:
+        if self.lane.device != "cuda":
+            return
+        import torch
+        torch.cuda.synchronize()
+        probe = torch.empty(1, device="cuda")
+        start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            probe.zero_()
+            torch.cuda.synchronize()
+            waited_ms = (time.perf_counter() - t0) * 1e3
+            if waited_ms < self.IDLE_MS:
+                return
+            if time.perf_counter() - start > limit_s:
+                self.disturbed = max(self.disturbed, waited_ms)
+                return
+            time.sleep(0.001)
+
+    def release(self) -> None:
+        self.state = None
+        self.lane.judge.release(force=True)
+
+    def timing(self) -> dict[str, Any]:
+        """The interleaved measurement for the pair's timing block: {role: stats with its rounds}
+        ({} when no round was timed)."""
+        from .pipeline import now
+        from .timing import stats_of
+        if not self.blocks or self.failed:
+            return {}
+        stats = stats_of([x for block in self.blocks for x in block], self.timer)
+        stats = {**stats, "interleaved": True, "measured_at": now(), "age_s": 0.0, "reused": False,
+                 "rounds": [[round(x, 5) for x in block] for block in self.blocks]}
+        if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
+            return {"reference": stats, strict_role(self.run): stats}
+        return {self.role: stats}
+
+
+def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:
+    """The reference's timing role the pair will be compared with, from the outputs judged so far:
+    its class's baseline (harness/precision.py); PyTorch's defaults for an A/A pair (the reference
+    as its own solution) and for a pair already incorrect."""
+    run = job["config"]["precision"]
+    if job["solution"].get("kind") == "reference" or not judged or not all(r["ok"] for r in judged):
+        return "reference"
+    return baseline_of(run, loosest([r["precision"] for r in judged], run))
 
 
 def sources_changed(job: dict[str, Any]) -> str | None:
@@ -91,14 +189,20 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
 
     for attempt in (1, 2):
         judgement = lane.judge.begin(problem, job["seeds"], tolerances, run)
+        rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results)) \
+            if refs else None
         spare = lane.pool.take()
         started = time.monotonic()
         try:
-            w = lane.watch(spare, _request(job, "eval", entry.get("out_bytes", 0)), limits, judgement, max_payload)
+            w = lane.watch(spare, _request(job, "eval", entry.get("out_bytes", 0)), limits, judgement, max_payload,
+                           rounds)
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
             return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
+        finally:
+            if rounds is not None:
+                rounds.release()
         outcome = lane.finish(spare, w, started)
         failed = failure(outcome, limit_hint(outcome))
         if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
@@ -111,9 +215,18 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         phases[key] = phases.get(key, 0.0) + seconds
     phases["truth_s"] = judgement.truth_s
     phases["judge_s"] = max(0.0, w.handoff_s - judgement.truth_s)
+    if w.rounds_s:
+        phases["reference_s"] = phases.get("reference_s", 0.0) + w.rounds_s
     spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))
     build = build_of(job["build"], outcome)
-    timing = timing_of(outcome.events, refs)
+    interleaved = rounds.timing() if rounds is not None else {}
+    if rounds is not None:
+        spent["gpu_s"] += rounds.gpu_s
+    timing = timing_of(outcome.events, {**refs, **interleaved})
+    if rounds is not None and rounds.disturbed:
+        timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
+    if rounds is not None and rounds.failed:
+        timing["rounds_failed"] = rounds.failed
     if failed and (outcome.last("error") or {}).get("cuda_error"):
         t0 = time.monotonic()
         failed = diagnose(lane, job, failed, limits)

@@ -19,6 +19,7 @@ from typing import Any
 from .build import write_manifest
 from .config import Config
 from .guards import timing_consistent
+from .timing import ratio_interval
 from .isolation import Outcome, run_module
 from .precision import baseline as baseline_of
 from .results import EvalResult, Status
@@ -201,15 +202,24 @@ def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict
     return timing
 
 
-def speedup(timing: dict[str, Any], cls: str, run: str = "fp32") -> dict[str, Any]:
+def speedup(timing: dict[str, Any], cls: str, run: str = "fp32", *, aa: bool = False, confidence: float = 0.95,
+            seed: int = 0) -> dict[str, Any]:
     """A result is compared with its class's baseline (harness/precision.py): in an fp32 run a
     tf32-class result with PyTorch's defaults, an fp32-class one with TF32 off; in a half run the
-    run's own class with PyTorch's default in that dtype, fp32 with its strictest setting."""
-    baseline = baseline_of(run, cls)
+    run's own class with PyTorch's default in that dtype, fp32 with its strictest setting. An A/A
+    pair (`aa`: the reference as its own solution) is compared with the same code as it is, PyTorch's
+    defaults. Where the baseline was timed in rounds alternating with the solution's, the speedup
+    has a confidence interval (timing.ratio_interval): `speedup_ci`."""
+    baseline = "reference" if aa else baseline_of(run, cls)
     timing = dict(timing)
     if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
         timing["baseline"] = baseline
         timing["speedup"] = timing[baseline]["median_ms"] / timing["solution"]["median_ms"]
+        ref, sol = timing[baseline].get("rounds"), timing["solution"].get("rounds")
+        trusted = "event_median_ms" not in timing["solution"] and "event_median_ms" not in timing[baseline]
+        if ref and sol and trusted:
+            timing["speedup_ci"] = [round(v, 5) for v in ratio_interval(ref, sol, confidence, seed)]
+            timing["confidence"] = confidence
     return timing
 
 
@@ -223,6 +233,10 @@ def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, 
         flags.append("timing_inconsistent")
         if checks["timing_consistency"] == "fail":
             failures.append("timing_inconsistent")
+    if timing.get("reference_disturbed_ms"):  # the worker left work running on the GPU while the lane timed
+        flags.append("reference_disturbed")
+        if checks["timing_consistency"] == "fail":
+            failures.append("reference_disturbed")
     return flags, failures
 
 
@@ -239,7 +253,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
             message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
         return Status.INCORRECT, message, "judge", {"timing": timing, "correctness": report, "profile": profile}
     cls = report["precision"]
-    timing = speedup(timing, cls, job["config"]["precision"])
+    timing = speedup(timing, cls, job["config"]["precision"], aa=job["solution"].get("kind") == "reference",
+                     confidence=job["config"]["timing"].get("confidence", 0.95), seed=job["seeds"]["base"])
     flags, failures = flags_of(job["config"]["checks"], timing, profile)
     message = f"{cls} class; {report['message']}"
     if weights:

@@ -24,6 +24,8 @@ against the strict setting. This module imports no torch: the runner uses it too
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 TORCH_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 CLASSES = ("fp32", "tf32", "fp16", "bf16")          # every class the config holds a tolerance for
@@ -64,3 +66,22 @@ def loosest(found: list[str], run: str) -> str:
 def casts(run: str) -> str | None:
     """The torch dtype name inputs and models are cast to (None: an fp32 run casts nothing)."""
     return None if run == "fp32" else TORCH_DTYPE[run]
+
+
+@contextmanager
+def strict_backends(run: str, on: bool):
+    """PyTorch's strictest setting for a run's precision while timing its strict baseline: TF32
+    off everywhere (fp32), the reduced-precision reductions of fp16/bf16 GEMMs off as well (half
+    runs). Restored afterwards."""
+    import torch
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    names = [(matmul, "allow_tf32"), (cudnn, "allow_tf32")] + ([(matmul, STRICT_FLAG[run])] if run in STRICT_FLAG else [])
+    saved = [getattr(owner, name) for owner, name in names]
+    if on:
+        for owner, name in names:
+            setattr(owner, name, False)
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(names, saved):
+            setattr(owner, name, value)

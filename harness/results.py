@@ -10,6 +10,11 @@ Schema history (bump SCHEMA_VERSION on any incompatible change):
   4  `precision`: the run's precision (fp32, fp16, bf16; harness/precision.py); classes fp16 and
      bf16; a half run's strict baseline is timing.reference_strict. Versions 2 and 3 are read as
      fp32 runs.
+  5  timing in rounds: timing.solution.rounds and the compared baseline's rounds (interleaved:
+     true), timing.speedup_ci and timing.confidence; solution.kind ("reference" for an A/A pair);
+     per output correctness.outputs[].rel_l2_bounds and rounding (the tf32 class's bound from the
+     reference's own rounding errors); the flag reference_disturbed. Versions 2-4 are read as they
+     are (no rounds, no interval).
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (2, 3, 4)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (2, 3, 4, 5)
 
 # The keys of EvalResult.phases, in seconds: where the pair's own wall time went. `wall_s` is the
 # pair's time (its build step, its evaluation, its store); `gpu_s` the time the device spent in

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +31,16 @@ class Solution:
     sha256: str
     sources_sha256: str = ""   # the file plus the helpers it may load (see helper_files)
     precisions: tuple[str, ...] = ()  # the run precisions it is written for (PRECISIONS); () = any
+    kind: str = ""             # "reference": the problem's own Model as its solution (--solution reference, A/A)
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "path": _display(self.path), "sha256": self.sha256,
              "sources_sha256": self.sources_sha256}
-        return {**d, "precisions": list(self.precisions)} if self.precisions else d
+        if self.precisions:
+            d["precisions"] = list(self.precisions)
+        if self.kind:
+            d["kind"] = self.kind
+        return d
 
     def supports(self, precision: str) -> bool:
         return not self.precisions or precision in self.precisions
@@ -96,10 +102,35 @@ class Pair:
     solution: Solution
 
 
-def solution_from_path(path: Path) -> Solution:
+def solution_from_path(path: Path, kind: str = "") -> Solution:
     path = Path(path).resolve()
     return Solution(name=path.stem, path=path, sha256=file_sha256(path), sources_sha256=sources_sha256(path),
-                    precisions=declared_precisions(path))
+                    precisions=declared_precisions(path), kind=kind)
+
+
+REFERENCE = "reference"   # --solution reference: each problem's own Model as its solution
+REFERENCE_SHIM = (
+    '"""The reference as its own solution (run_eval.py --solution reference): an A/A comparison.\n'
+    'Problem: {path} (sha256 {sha256})."""\n'
+    "import importlib.util as _util\n\n"
+    '_spec = _util.spec_from_file_location("kb_reference_model", {path!r})\n'
+    "_module = _util.module_from_spec(_spec)\n"
+    "_spec.loader.exec_module(_module)\n"
+    "ModelNew = _module.Model\n")
+
+
+def reference_solution(problem: Problem, folder: Path) -> Solution:
+    """The problem's own Model as a solution (an A/A pair): a file under `folder` that loads the
+    problem file anew (another module, another class) and names its Model ModelNew. Its speedup
+    is against PyTorch's defaults whatever its class: it is that code."""
+    path = Path(folder) / problem.id / f"{REFERENCE}.py"
+    text = REFERENCE_SHIM.format(path=str(problem.path), sha256=problem.sha256)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return solution_from_path(path, kind=REFERENCE)
 
 
 def for_problem(problem: Problem, root: Path = SOLUTIONS_ROOT) -> list[Solution]:
@@ -192,9 +223,13 @@ def check_static(solution: Solution) -> None:
 
 
 def select_pairs(problems: list[Problem], spec: str | None, problems_given: bool,
-                 all_problems: list[Problem], root: Path = SOLUTIONS_ROOT, precision: str = "fp32") -> list[Pair]:
+                 all_problems: list[Problem], root: Path = SOLUTIONS_ROOT, precision: str = "fp32",
+                 reference_dir: Path | None = None) -> list[Pair]:
     """Resolve --solution against the selected problems, in a run of `precision`: a solution
-    declaring other PRECISIONS is left out, or bad input where it is the one named."""
+    declaring other PRECISIONS is left out, or bad input where it is the one named. `reference`
+    pairs each problem with its own Model (reference_solution, written under `reference_dir`)."""
+    if spec == REFERENCE and reference_dir is not None:
+        return [Pair(p, reference_solution(p, reference_dir)) for p in problems]
     if spec is not None and (spec.endswith(".py") or Path(spec).is_file()):
         path = Path(spec)
         if not path.is_file():

@@ -5,6 +5,8 @@ each sample whether to stop. Printing lives elsewhere (leaderboard / runner).
 """
 from __future__ import annotations
 
+import math
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,6 +29,61 @@ class StoppingRule:
         if samples >= 3 and wall_s >= self.max_time_s:
             return True
         return samples >= self.min_samples and measured_s >= self.min_time_s
+
+
+def planned_samples(rule: StoppingRule, per_call_ms: float) -> int:
+    """How many samples `rule` takes of calls of `per_call_ms` each: enough for min_time_s, within
+    min_samples and max_samples, and what max_time_s allows (at least 3)."""
+    per_call_ms = max(per_call_ms, 1e-6)
+    wanted = max(rule.min_samples, math.ceil(rule.min_time_s * 1e3 / per_call_ms))
+    allowed = max(3, int(rule.max_time_s * 1e3 / per_call_ms))
+    return max(1, min(wanted, rule.max_samples, allowed))
+
+
+def per_round(samples: int, rounds: int) -> tuple[int, int]:
+    """(rounds, samples per round) that take about `samples` in at most `rounds` rounds."""
+    rounds = max(1, min(rounds, samples))
+    return rounds, math.ceil(samples / rounds)
+
+
+def _resampled_ratio(rng: random.Random, pairs: list[tuple[list[float], list[float]]]) -> float:
+    """median(reference) / median(solution) of one bootstrap resample of rounds, pairs kept together."""
+    picked = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+    return statistics.median([x for r, _ in picked for x in r]) / statistics.median([x for _, s in picked for x in s])
+
+
+def _interval(values: list[float], confidence: float) -> tuple[float, float]:
+    values = sorted(values)
+    tail = (1 - confidence) / 2
+    return values[int(tail * (len(values) - 1))], values[int(math.ceil((1 - tail) * (len(values) - 1)))]
+
+
+def _paired(reference: list[list[float]], solution: list[list[float]]) -> list[tuple[list[float], list[float]]]:
+    return [(r, s) for r, s in zip(reference, solution) if r and s]
+
+
+def ratio_interval(reference: list[list[float]], solution: list[list[float]], confidence: float, seed: int = 0,
+                   resamples: int = 1000) -> tuple[float, float]:
+    """Confidence interval of median(reference) / median(solution) by a bootstrap over rounds:
+    rounds (a reference block and the solution block timed next to it) are drawn with replacement,
+    pairs kept together, so what moved both in a round moves both in the resample."""
+    pairs = _paired(reference, solution)
+    if not pairs:
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    return _interval([_resampled_ratio(rng, pairs) for _ in range(resamples)], confidence)
+
+
+def speedup_change_interval(new: tuple[list[list[float]], list[list[float]]],
+                            old: tuple[list[list[float]], list[list[float]]], confidence: float, seed: int = 0,
+                            resamples: int = 1000) -> tuple[float, float]:
+    """Confidence interval of speedup(new) / speedup(old), each speedup a ratio of medians over its
+    own (reference rounds, solution rounds), the two resampled independently."""
+    a, b = _paired(*new), _paired(*old)
+    if not a or not b:
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    return _interval([_resampled_ratio(rng, a) / _resampled_ratio(rng, b) for _ in range(resamples)], confidence)
 
 
 class HostTimer:

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from statistics import median
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from .problems import _display, construct, exception_location, load_module, make
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
 # or torch.cuda.synchronize afterwards does not change what the worker calls.
-from .timing import InputPool, make_timer, rule_of, sample, stats_of
+from .timing import InputPool, make_timer, per_round, planned_samples, rule_of, stats_of
 
 _SYNC = getattr(torch._C, "_cuda_synchronize", None)
 
@@ -58,6 +59,14 @@ class ChannelSink:
         described = {name: [export(t, payload) if isinstance(t, torch.Tensor) else None for t in tensors]
                      for name, tensors in groups.items()}
         self.channel.send({"event": event, "t": time.monotonic(), **fields, **described}, b"".join(payload))
+        self._acknowledged(event)
+
+    def exchange(self, event: str, **fields: Any) -> None:
+        """Tell the lane and wait until it has done its part (a round of the reference's timing)."""
+        self.emit(event, **fields)
+        self._acknowledged(event)
+
+    def _acknowledged(self, event: str) -> None:
         got = self.channel.recv()
         if got is None or got[0].get("op") != "ack":
             raise ChannelClosed(f"the lane did not acknowledge the {event}")
@@ -189,7 +198,10 @@ class Worker:
         self.events.handoff("state", {"names": list(state)}, {"state": [v.detach() for v in state.values()]})
 
     def time_model(self, model, problem) -> dict:
-        """Time `model` on inputs refreshed in place from a pool of fresh input sets. The last
+        """Time `model` on inputs refreshed in place from a pool of fresh input sets, in rounds:
+        before each round the lane times a block of the reference (this process waits, stopped),
+        then this process times a block of the solution, so that both see the same machine. The
+        number of calls follows the stopping rule for the call's time in the warm-up. The last
         `checks.timed_output_checks` timed calls run on poisoned memory and their outputs are
         handed to the lane."""
         t = self.req["timing"]
@@ -201,13 +213,19 @@ class Worker:
             state["out"] = None
             state["out"] = model(*pool.live)
 
-        def before() -> None:
+        def timed() -> float:
             pool.refresh()
             self.call("timed")
+            return timer(call)
 
         timer = make_timer(self.device, t["flush_l2"])
-        warmup_ms: list[float] = []
-        samples = sample(call, timer, rule_of(t), t["warmup"], before=before, warmup_ms=warmup_ms)
+        warmup_ms = [timed() for _ in range(t["warmup"])] or [timed()]
+        rounds, each = per_round(planned_samples(rule_of(t), median(warmup_ms)), t.get("rounds", 1))
+        blocks: list[list[float]] = []
+        for r in range(rounds):
+            self.events.exchange("round", n=r, of=rounds, calls=each)
+            blocks.append([timed() for _ in range(each)])
+        samples = [x for block in blocks for x in block]
         self.gpu["timed_s"] += sum(samples) / 1e3
         self.gpu["warmup_s"] += sum(warmup_ms) / 1e3
         for i in range(self.req["checks"]["timed_output_checks"]):
@@ -216,11 +234,10 @@ class Worker:
                 state["out"] = None
                 poison_free_memory(self.device, self.hint_bytes)
             self.call("timed_check", trial=i)
-            samples.append(timer(call))
-            self.gpu["checked_s"] += samples[-1] / 1e3
+            self.gpu["checked_s"] += timer(call) / 1e3
             self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=i, seed=seeds[index])
             state["out"] = None
-        return stats_of(samples, timer)
+        return {**stats_of(samples, timer), "rounds": [[round(x, 5) for x in block] for block in blocks]}
 
     def profile(self, model, problem) -> None:
         """The profiled call: which share of its time PyTorch's library operators took

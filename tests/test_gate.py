@@ -31,7 +31,7 @@ def entries(*results):
 
 
 def kinds(changes):
-    return {(c.solution, c.kind) for c in changes}
+    return {(c.solution, c.kind) for c in changes if c.kind != "within noise"}
 
 
 def test_regression_rule():
@@ -112,3 +112,62 @@ def test_check_against_a_baseline(tmp_path):
 def test_check_bad_input_is_exit_2(tmp_path):
     rc, out = check("--problem", "no_such_problem", "--results-dir", str(tmp_path))
     assert rc == 2 and "no_such_problem" in out
+
+
+def with_rounds(solution, ref_ms, sol_ms, spread=0.01, rounds=10, seed=0):
+    """A result timed in alternating rounds: each round's reference and solution samples around
+    `ref_ms` and `sol_ms`, with a relative spread, and its confidence interval."""
+    import random
+
+    from harness.timing import ratio_interval
+    rng = random.Random(seed)
+    ref = [[ref_ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(rounds)]
+    sol = [[sol_ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(rounds)]
+    r = result(solution, speedup=ref_ms / sol_ms)
+    timing = dict(r.timing)
+    timing["reference"] = {**timing["reference"], "rounds": ref}
+    timing["solution"] = {**timing["solution"], "rounds": sol}
+    timing["speedup_ci"] = list(ratio_interval(ref, sol, 0.95))
+    return EvalResult(**{**r.__dict__, "timing": timing})
+
+
+def test_a_regression_is_called_only_when_the_whole_interval_lies_beyond_the_limit():
+    same = [(with_rounds("s", 2.0, 1.0, seed=i), with_rounds("s", 2.0, 1.0, seed=100 + i), "s") for i in range(20)]
+    assert {c.kind for p in same for c in gate.compare_pairs([p], 0.05)} == {"within noise"}  # no call in 20
+    slower = [(with_rounds("s", 2.0, 1.1, seed=i), with_rounds("s", 2.0, 1.0, seed=100 + i), "s") for i in range(20)]
+    assert all(gate.compare_pairs([p], 0.05)[0].kind == "slower" for p in slower)  # 10% slower: caught every time
+    noisy = (with_rounds("s", 2.0, 1.1, spread=0.3), with_rounds("s", 2.0, 1.0, spread=0.3, seed=7), "s")
+    assert gate.compare_pairs([noisy], 0.05)[0].kind == "within noise"  # as slow, within what the noise allows
+    change = gate.compare_pairs([slower[0]], 0.05)[0]
+    assert "95% CI [" in change.message and "all of it more than 5% lower" in change.message
+
+
+def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
+    """check --timing --baseline-rev REV: each solution as it is and as it was at REV (with its
+    helper files), both timed in this run; unchanged passes, a much slower one fails."""
+    import shutil
+    repo = tmp_path / "repo"
+    folder = repo / "solutions" / "examples" / "elementwise_add"
+    folder.mkdir(parents=True)
+    source = (REPO_ROOT / "solutions" / "examples" / "elementwise_add" / "cpp_add.py").read_text()
+    (folder / "gen.py").write_text(source)
+    shutil.copyfile(FIXTURE_SOLUTIONS / "_variants.cpp", folder / "_unused_helper.cpp")
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "empty")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "gen")
+    args = ("--problem", "elementwise_add", "--solution", str(folder / "gen.py"), "--device", "cpu", "--timing",
+            "--config", str(REPO_ROOT / "tests" / "fixtures" / "configs" / "fast.yaml"), "--baseline-rev", "HEAD")
+    rc, out = check(*args, "--results-dir", str(tmp_path / "r1"))
+    assert rc == 0 and "gen@" in out and "0 regression(s)" in out, out
+    assert "compared: elementwise_add / gen: speedup" in out and "no change called" in out, out
+    # the same kernel called 30 times per forward: slower by far more than the noise (no rebuild)
+    slower = source.replace("        return elementwise_add.add(a, b)",
+                            "        for _ in range(30):\n            out = elementwise_add.add(a, b)\n        return out")
+    assert slower != source
+    (folder / "gen.py").write_text(slower)
+    rc, out = check(*args, "--results-dir", str(tmp_path / "r2"))
+    assert rc == 1 and "elementwise_add / gen: speedup" in out and "more than 5% lower" in out, out
+    rc, out = check(*args[:-1], "no-such-rev", "--results-dir", str(tmp_path / "r3"))
+    assert rc == 2 and "'no-such-rev' is not a revision of" in out, out

@@ -37,3 +37,33 @@ def test_timing_consistency_rule():
     assert timing_consistent(1.00, 1.02) and timing_consistent(0.025, 0.045)
     assert not timing_consistent(0.001, 0.04)       # patched event timer on a tiny kernel
     assert not timing_consistent(0.5, 5.0)          # work the events did not see
+
+
+def test_planned_samples_follow_the_rule_for_the_calls_time():
+    from harness.timing import per_round, planned_samples
+    rule = StoppingRule(min_samples=10, max_samples=100, min_time_s=0.5, max_time_s=10.0)
+    assert planned_samples(rule, 5.0) == 100          # 0.5 s of 5 ms calls, capped at max_samples
+    assert planned_samples(rule, 20.0) == 25          # 0.5 s of 20 ms calls
+    assert planned_samples(rule, 200.0) == 10         # min_samples
+    assert planned_samples(rule, 4000.0) == 3         # max_time_s allows 2; at least 3
+    assert per_round(100, 10) == (10, 10) and per_round(25, 10) == (10, 3) and per_round(3, 10) == (3, 1)
+
+
+def test_the_ratio_interval_covers_the_truth_and_narrows_with_steady_rounds():
+    import random
+
+    from harness.timing import ratio_interval, speedup_change_interval
+    rng = random.Random(1)
+    rounds = lambda ms, spread: [[ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(10)]  # noqa: E731
+    lo, hi = ratio_interval(rounds(2.0, 0.02), rounds(1.0, 0.02), 0.95)
+    assert lo < 2.0 < hi and hi - lo < 0.05
+    wide = ratio_interval(rounds(2.0, 0.3), rounds(1.0, 0.3), 0.95)
+    assert wide[1] - wide[0] > 5 * (hi - lo)
+    # drift shared by a round (the machine slowed both) cancels: rounds are resampled in pairs
+    drift = [1 + 0.3 * (i % 2) for i in range(10)]
+    ref = [[2.0 * d] * 10 for d in drift]
+    sol = [[1.0 * d] * 10 for d in drift]
+    assert ratio_interval(ref, sol, 0.95) == (2.0, 2.0)
+    lo, hi = speedup_change_interval((rounds(2.0, 0.02), rounds(1.1, 0.02)), (rounds(2.0, 0.02), rounds(1.0, 0.02)),
+                                     0.95)
+    assert 0.87 < lo < hi < 0.95  # 10% slower: the whole interval below 0.95
