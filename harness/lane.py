@@ -125,14 +125,28 @@ class Lane:
             self.refs[key] = entry
         stats = {role: {**s, "measured_at": entry["iso"], "age_s": round(now - entry["at"], 1), "reused": fresh}
                  for role, s in entry["stats"].items()}
+        for role, (at, latest) in entry["latest"].items():  # an earlier pair's rounds, this entry's age
+            stats[role] = {**latest, "age_s": round(now - at, 1), "reused": True}
         return stats, 0.0 if fresh else entry["gpu_s"], entry, not fresh
+
+    @staticmethod
+    def remember(entry: dict[str, Any], timed: dict[str, dict]) -> None:
+        """A pair's interleaved measurement of a role (ReferenceRounds.timing): shown for that
+        role to the problem's later pairs that compare with the other one, while the entry is fresh."""
+        for role, stats in timed.items():
+            entry["latest"][role] = (time.monotonic(), stats)
+
+    # calls timed per role when a problem's reference is first measured: an estimate of its time,
+    # for the per-call limits, the rounds' planning and the column of the role a pair is not
+    # compared with (each pair times the role it is compared with in its own rounds)
+    ESTIMATE_SAMPLES = 5
 
     def _measure_reference(self, problem, job: dict[str, Any], temp: float | None,
                            clock: float | None) -> dict[str, Any]:
         import torch
 
         from .pipeline import now
-        from .timing import InputPool, make_timer, rule_of, sample, stats_of
+        from .timing import InputPool, StoppingRule, make_timer, sample, stats_of
         t = job["config"]["timing"]
         run = job["config"]["precision"]
         model = problem.reference({}, job["seeds"]["init"], casts(run))["model"]
@@ -146,9 +160,11 @@ class Lane:
             for role, strictest in modes:
                 with strict_backends(run, strictest):
                     timer, warmup_ms = make_timer(self.device, t["flush_l2"]), []
-                    samples = sample(lambda: model(*pool.live), timer, rule_of(t), t["warmup"],
+                    estimate = StoppingRule(min(self.ESTIMATE_SAMPLES, t["min_samples"]),
+                                            min(self.ESTIMATE_SAMPLES, t["max_samples"]), 0.0, t["max_time_s"])
+                    samples = sample(lambda: model(*pool.live), timer, estimate, t["warmup"],
                                      before=pool.refresh, warmup_ms=warmup_ms)
-                stats[role] = stats_of(samples, timer)
+                stats[role] = {**stats_of(samples, timer), "estimate": True}
                 gpu_s += (sum(samples) + sum(warmup_ms)) / 1e3
             out = model(*pool.live)
         if stats and strict not in stats:  # on the CPU there is no stricter setting
@@ -158,7 +174,7 @@ class Lane:
         pool = out = None  # the inputs' and output's memory goes back before any worker runs
         self.judge.release(force=True)
         return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "clock": clock, "gpu_s": gpu_s,
-                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes}
+                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes, "latest": {}}
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,

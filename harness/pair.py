@@ -222,6 +222,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     interleaved = rounds.timing() if rounds is not None else {}
     if rounds is not None:
         spent["gpu_s"] += rounds.gpu_s
+        lane.remember(entry, interleaved)
     timing = timing_of(outcome.events, {**refs, **interleaved})
     if rounds is not None and rounds.disturbed:
         timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
