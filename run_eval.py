@@ -27,6 +27,8 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from harness import leaderboard, problems, solutions
 from harness.config import DEVICES, Config, load_config, parse_override, with_overrides
 from harness.errors import BadInput
+from harness.runner import CheckoutChanged
+from harness.sandbox import SandboxError
 from harness.precision import PRECISIONS
 from harness.runner import evaluate
 from harness.store import load_run, new_run_id
@@ -246,7 +248,13 @@ def selected_pairs(args, cfg: Config) -> list:
     from harness.build import default_cache_dir
     return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
                                   precision=cfg.precision,
-                                  reference_dir=Path(cfg.build.cache_dir or default_cache_dir()) / "reference")
+                                  reference_dir=reference_dir(Path(cfg.build.cache_dir or default_cache_dir())))
+
+
+def reference_dir(cache: Path) -> Path:
+    """Where --solution reference writes its shims: beside the build cache, not in it (a sandboxed
+    worker does not see the cache, and reads its solution file)."""
+    return cache.parent / f"{cache.name}-reference"
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -291,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SandboxError as exc:  # sandbox: required, on a host that lacks part of it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CheckoutChanged as exc:  # results stored; the run's verdicts cannot be trusted
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

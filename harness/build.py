@@ -98,6 +98,11 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "kb-harness" / "builds"
 
 
+def cache_dir_of(cfg) -> Path:
+    """The run's build cache: build.cache_dir, else the default."""
+    return Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
+
+
 _ERROR_RE = re.compile(r"(\berror\b\s*:|\berror\b\s+#?[A-Z]?\d+|undefined reference|undefined symbol|fatal error)", re.IGNORECASE)
 _NOISE = ("FAILED:", "ninja:", "RuntimeError: Error building", "subprocess.CalledProcessError")
 
@@ -162,9 +167,16 @@ def _missing_argument(exc: TypeError) -> str | None:
 
 def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable[[dict], None],
                  compile_only: bool = False, display: Callable[[Path], str] = str,
-                 wrap: Callable[[Any, str], Any] | None = None) -> None:
+                 wrap: Callable[[Any, str], Any] | None = None, prebuilt: dict[str, dict] | None = None,
+                 look_in: Path | None = None) -> None:
     """`wrap(module, name)`, when given, replaces each loaded extension module (diagnosis runs
-    record the calls into it)."""
+    record the calls into it). In a sandbox (harness/sandbox.py) `cache_root` is the process's
+    private build folder (the runner copies what a build step built into the cache), and
+    `prebuilt` maps a build folder's name to {"copy": the folder in the worker's scratch where the
+    lane put its library, "from": the cache's folder}: that library is imported as it is (no ninja,
+    nothing written; the build record names the cache's folder);
+    `look_in` (a sandboxed build step: the build cache, which it reads and does not write) is
+    searched for a folder already built the same way."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -195,7 +207,21 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
             if not compile_only and not has_cuda:
                 raise NeedsCuda(f"extension '{name}' has CUDA sources and this run has no CUDA device")
         key = build_key(params, torch.__version__, arch)
-        build_dir = Path(cache_root) / f"{name}-{key[:16]}{'-compile-only' if compile_only else ''}"
+        folder = f"{name}-{key[:16]}{'-compile-only' if compile_only else ''}"
+        staged = (prebuilt or {}).get(folder)
+        found, origin = (staged["copy"], staged["from"]) if staged else (None, None)
+        if found is None and look_in is not None and (look_in / folder / LOG_NAME).exists() \
+                and any((look_in / folder).glob(f"{name}*.so")):
+            found = origin = str(look_in / folder)
+        if found is not None:
+            on_build({"event": "build_start", "name": name, "dir": origin, "key": key, "cached": True})
+            module = for_solution(cpp_ext._import_module_from_library, name, found,
+                                  params.get("is_python_module", True))
+            log = (Path(found) / LOG_NAME).read_text(errors="replace") if (Path(found) / LOG_NAME).exists() else ""
+            on_build({"event": "build_end", "name": name, "dir": origin, "key": key, "cached": True,
+                      "ok": True, "seconds": 0.0, "log": log})
+            return wrap(module, name) if wrap else module
+        build_dir = Path(cache_root) / folder
         build_dir.mkdir(parents=True, exist_ok=True)
         log_path = build_dir / LOG_NAME
         was_built = (not compile_only and any(build_dir.glob(f"{name}*.so")) and log_path.exists())

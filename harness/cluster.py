@@ -119,8 +119,11 @@ def plain(value: Any) -> Any:
 def build_task(ray: Any):
     @ray.remote(num_cpus=1, max_retries=1)
     def build(run, known: list[str]) -> tuple[dict | None, dict, float, dict[str, bytes]]:
-        """The build step on a cluster node; the build directories the store lacks, packed."""
-        result = run.run_build()
+        """The build step on a cluster node; the build directories the store lacks, packed. This
+        task's process reaps what the build step left running (harness/isolation.py)."""
+        from .isolation import reaping
+        with reaping(run.ctx.cfg.sandbox != "off"):
+            result = run.run_build()
         blobs = {}
         for ext in run.build.get("extensions", []):
             name = Path(ext.get("dir") or "").name
@@ -137,7 +140,7 @@ def lane_actor(ray: Any, device: str):
     class LaneActor:
         """A lane (harness/lane.py) in a Ray actor, on the GPU Ray gave it."""
 
-        def __init__(self, requested: str, index: int):
+        def __init__(self, requested: str, index: int, sandboxed: dict | None = None):
             from .lane import open_lane
             # Ray sets OMP_NUM_THREADS to the actor's CPUs (1); a lane and its workers use the node's
             # threads as on one host, so that timings and float64 sums are those of a local run
@@ -145,7 +148,7 @@ def lane_actor(ray: Any, device: str):
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if requested != "cpu" else ""
             os.environ.update(KB_LANE_GPU=gpu, KB_LANE_INDEX=str(index))
             self.node = f"{socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
-            self.lane = open_lane(Path(tempfile.mkdtemp(prefix="kb-lane-")), requested, gpu)
+            self.lane = open_lane(Path(tempfile.mkdtemp(prefix="kb-lane-")), requested, gpu, sandboxed)
             self.lane.env["lane"]["node"] = self.node
 
         def hello(self) -> dict:
@@ -157,9 +160,11 @@ def lane_actor(ray: Any, device: str):
             return plain(validate(message))
 
         def run(self, job: dict) -> dict:
+            folders = {Path(e["dir"]).name: Path(e["dir"]).parent for e in job.get("libraries") or [] if e.get("dir")}
             for name, ref in (job.pop("artifacts", None) or {}).items():
-                if not (Path(job["cache_dir"]) / name).exists():
-                    unpack(ray.get(ref), job["cache_dir"])
+                where = folders.get(name, Path(job["cache_dir"]))  # where the build node put it
+                if not (where / name).exists():
+                    unpack(ray.get(ref), str(where))
             return plain(self.lane.run_pair(job))
 
         def stop(self) -> None:
@@ -171,8 +176,9 @@ def lane_actor(ray: Any, device: str):
 class RayLane:
     """A lane as a Ray actor, behind the same calls as a lane process (harness/laneproc.py)."""
 
-    def __init__(self, ray: Any, index: int, device: str):
+    def __init__(self, ray: Any, index: int, device: str, sandboxed: dict | None = None):
         self.ray, self.index, self.device = ray, index, device
+        self.sandboxed = sandboxed  # its workers' sandbox (harness/sandbox.py template)
         self.gpu = ""
         self.actor = None
         self.node = "an unknown node"
@@ -181,7 +187,7 @@ class RayLane:
         self.proc = None
 
     def spawn(self) -> None:
-        self.actor = lane_actor(self.ray, self.device).remote(self.device, self.index)
+        self.actor = lane_actor(self.ray, self.device).remote(self.device, self.index, self.sandboxed)
         self.proc = self.actor
 
     def start(self, timeout_s: float = 600.0) -> dict[str, Any]:
@@ -246,7 +252,9 @@ class RayLanes:
         self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
         self.store = Store(self.ray, Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir())
         self.remote_build = build_task(self.ray)
-        self.first = RayLane(self.ray, 0, cfg.device)
+        from . import sandbox
+        self.sandboxed = sandbox.template(cfg, [cfg.results_dir, self.store.dir.parent])
+        self.first = RayLane(self.ray, 0, cfg.device, self.sandboxed)
         self.first.spawn()
         self.all = [self.first]
 
@@ -257,7 +265,7 @@ class RayLanes:
         return max(1, int(resources.get("CPU", 1)) // 2)  # a CPU lane and its worker: two cores
 
     def add(self, count: int, info: dict[str, Any]) -> None:
-        self.all += [RayLane(self.ray, i, self.cfg.device) for i in range(1, count)]
+        self.all += [RayLane(self.ray, i, self.cfg.device, self.sandboxed) for i in range(1, count)]
 
     def build_slots(self) -> int:
         """Build tasks at once: the cluster's CPUs that CPU lanes do not hold (Ray queues the rest)."""

@@ -130,6 +130,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
+    from . import sandbox
     from .build import default_cache_dir
     from .isolation import run_module
     from .pipeline import failure
@@ -143,12 +144,20 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     if cuda_home():
         env["CUDA_HOME"] = cuda_home()
 
+    # In a sandbox a compile-only step writes object files only under the cache's compile-only
+    # folder (nothing there is ever loaded) and its own scratch.
+    objects = cache_dir / "compile-only" if cfg.sandbox != "off" else cache_dir
+    objects.mkdir(parents=True, exist_ok=True)
+
     def one(path: Path) -> dict:
         request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
-                   "cache_dir": str(cache_dir)}
+                   "cache_dir": str(objects)}
         with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
+            policy = None if cfg.sandbox == "off" else sandbox.policy(
+                cfg.to_dict(), "cpu", scratch=Path(work) / "scratch", hidden=[cfg.results_dir, cache_dir],
+                readable=[Path(path).resolve()], writable=[objects])
             outcome = run_module("harness.worker", request, Path(work), limit_s=cfg.timeouts.run_s,
-                                 phase_limits={"build": cfg.timeouts.build_s}, env=env)
+                                 phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
         failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
         builds = outcome.all("build")
         item = {"path": _display(Path(path)), "extensions": [b.get("name") for b in builds]}

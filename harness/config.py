@@ -102,6 +102,16 @@ class BuildConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """What a process running solution code may use (harness/sandbox.py)."""
+    network: bool = False      # true: TCP and the host's network stay reachable
+    processes: int = 512       # processes and threads at once (binds root only in a user namespace)
+    open_files: int = 4096
+    file_size_mb: int = 8192   # the largest file it may write
+    memory_gb: float = 0.0     # CPU runs: its address space; 0 = 80% of the host's memory
+
+
+@dataclass(frozen=True)
 class RayConfig:
     address: str = ""          # "" = start a local Ray instance; "auto" = the cluster this node is in; "ray://HOST:PORT"
 
@@ -115,6 +125,8 @@ class Config:
     seed: int = 0              # base seed; init and trial seeds derive from it
     secret_seed: int = -1      # mixed into input seeds; -1 = a fresh random secret per run (recorded)
     results_dir: str = "results"
+    sandbox: str = "auto"      # auto | required | off: around every process that runs solution code
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
@@ -148,6 +160,8 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
         return value
     if key == "gpus" and value == "all":
         return 0
+    if key == "sandbox" and value is False:  # YAML 1.1 reads a bare `off` as false
+        return "off"
     if typ in (int, float, str) and isinstance(value, typ) and not isinstance(value, bool):
         return value
     raise BadInput(path, f"key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
@@ -218,6 +232,12 @@ def validate(cfg: Config) -> Config:
         raise BadInput(where, "timing.reference_max_age_s and timing.reference_max_temp_delta_c must be > 0")
     if cfg.build.jobs < 0:
         raise BadInput(where, "build.jobs must be >= 0")
+    if cfg.sandbox not in ("auto", "required", "off"):
+        raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
+    lim = cfg.limits
+    if min(lim.processes, lim.open_files, lim.file_size_mb) < 1 or lim.memory_gb < 0:
+        raise BadInput(where, "limits.processes, limits.open_files and limits.file_size_mb must be >= 1, "
+                              "limits.memory_gb >= 0 (0: 80% of the host's memory)")
     return cfg
 
 

@@ -19,7 +19,8 @@ from . import REPO_ROOT
 
 def _run(cmd: list[str], timeout: float = 10.0) -> str:
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+        from .isolation import run  # the lane's children are its own (harness/isolation.py reap_strays)
+        out = run(cmd, timeout=timeout, cwd=REPO_ROOT)
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -8,7 +8,8 @@ from typing import Any
 
 
 class EventWriter:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | int):
+        """`path`: the file, or a descriptor of it opened for appending."""
         self.file = open(path, "a", buffering=1)
 
     def emit(self, event: str, **fields: Any) -> None:

@@ -12,6 +12,7 @@ from .blame import blame
 from .build import BuildError, InlineMisuse, NeedsCuda
 from .problems import exception_location
 from .results import Status
+from .sandbox import limit_message
 
 _NO_CUDA_MARKERS = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
                     "No CUDA GPUs are available", "CUDA driver initialization failed")
@@ -64,12 +65,14 @@ class Failure(Exception):
 
 
 def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
-             problem_path: Path | None = None, solution_ran: bool = True) -> Failure:
+             problem_path: Path | None = None, solution_ran: bool = True,
+             limits: dict[str, Any] | None = None) -> Failure:
     """Map an exception in `phase` to a status and one actionable line. A CUDA error raised once
     the solution's code has run in this process (`solution_ran`: its import began) is the
     solution's, wherever it surfaces: a kernel's fault is reported at the next call that
     synchronizes, often the harness's own (a sync, a handoff). Any other exception the harness or
-    the problem file raised itself (harness/blame.py) is a harness_error naming that frame."""
+    the problem file raised itself (harness/blame.py) is a harness_error naming that frame. An
+    error from one of the sandbox's `limits` (harness/sandbox.py) says which, by its config key."""
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, Failure):
         return exc
@@ -81,6 +84,9 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
         return Failure(Status.BUILD_ERROR, str(exc), detail)
     text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0] if text else type(exc).__name__
+    hit = next((m for e in _chain(exc) if (m := limit_message(e, limits))), None)
+    if hit:
+        first_line = f"{first_line} (the sandbox refused {hit})"
     where = exception_location(exc, solution_path)
     if device == "cpu" and any(m in text for m in _NO_CUDA_MARKERS):
         return Failure(Status.SKIPPED, f"needs a CUDA device ({first_line}) at {where}", detail)
@@ -101,6 +107,14 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
         return Failure(Status.HARNESS_ERROR, f"the problem's reference code failed in phase '{phase}' (not the "
                        f"solution's fault): {first_line} at {owner.where}", detail)
     return Failure(Status.RUNTIME_ERROR, f"{phase}: {first_line} at {where}", detail)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    while exc is not None and exc not in found and len(found) < 10:
+        found.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def argument_notes(args: list, device: str) -> list[str]:

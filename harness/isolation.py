@@ -8,19 +8,101 @@ does not leave it running.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import REPO_ROOT
+from . import REPO_ROOT, sandbox
 from .events import EventReader
+
+# The processes this process started on purpose (its lanes, workers, build steps, nvidia-smi):
+# any other child is an orphan of a sandboxed process (this process is a child subreaper) and is
+# killed by reap_strays.
+_LOCK = threading.Lock()
+_OURS: dict[int, subprocess.Popen] = {}
+
+
+def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen, the child recorded as this process's own."""
+    with _LOCK:
+        proc = subprocess.Popen(args, **kwargs)
+        _OURS[proc.pid] = proc
+    return proc
+
+
+def run(args: list[str], timeout: float | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
+    """subprocess.run through popen (output captured as text)."""
+    proc = popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+_REAPER = {"on": False}
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make orphans of this process's descendants its children (PR_SET_CHILD_SUBREAPER), so that
+    reap_strays finds them. Only in a process whose every other child it starts through popen (a
+    lane; the runner of local lanes: a Ray driver's Ray processes are its children too)."""
+    _REAPER["on"] = sandbox.become_subreaper(on) and on
+    return _REAPER["on"]
+
+
+@contextlib.contextmanager
+def reaping(on: bool):
+    """This process a child subreaper while the block runs (when `on`), strays reaped at its end."""
+    if not on:
+        yield
+        return
+    was = _REAPER["on"]
+    become_subreaper(True)
+    try:
+        yield
+    finally:
+        reap_strays()
+        if not was:
+            become_subreaper(False)
+
+
+def reap_strays(rounds: int = 100) -> int:
+    """Kill every child of this process that it did not start (orphans of sandboxed processes: a
+    double fork, setsid), and their children as they come back; returns how many."""
+    killed = 0
+    if not _REAPER["on"]:
+        return 0
+    for _ in range(rounds):
+        with _LOCK:
+            for pid in [pid for pid, proc in _OURS.items() if proc.returncode is not None]:
+                del _OURS[pid]
+            strays = [pid for pid in sandbox.children() if pid not in _OURS]
+            for pid in strays:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        killed += len(strays)
+        if not strays:
+            break
+    return killed
 
 
 @dataclass(frozen=True)
@@ -70,21 +152,42 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_env(extra: Mapping[str, str] | None = None, policy: dict[str, Any] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["KB_PARENT_PID"] = str(os.getpid())
     env.update(extra or {})
+    if policy and policy["mode"] != "off":
+        env.update(sandbox.child_env(policy), KB_SANDBOX_POLICY=json.dumps(policy))
     return env
+
+
+def command(module: str, args: list[str], policy: dict[str, Any] | None) -> list[str]:
+    """`python -m module args`, through the sandbox (harness/jail.py) where `policy` asks for it."""
+    if not policy or policy["mode"] == "off":
+        return [sys.executable, "-m", module, *args]
+    return [*sandbox.command_prefix(policy), sys.executable, "-m", "harness.jail", module, *args]
+
+
+def start_dir(policy: dict[str, Any] | None) -> Path:
+    """The child's working directory: its scratch in a sandbox, else the repository."""
+    if not policy or policy["mode"] == "off":
+        return REPO_ROOT
+    scratch = Path(policy["scratch"])
+    scratch.mkdir(parents=True, exist_ok=True)
+    return scratch
 
 
 def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s: float,
                phase_limits: Mapping[str, float] | None = None, env: Mapping[str, str] | None = None,
-               on_event: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 0.05) -> Outcome:
-    """Run `python -m module request.json`. `limit_s` bounds the time spent in phases without
-    their own entry in `phase_limits` (e.g. {"build": 900}), each of which is bounded separately."""
+               on_event: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 0.05,
+               policy: dict[str, Any] | None = None) -> Outcome:
+    """Run `python -m module --request-fd R --events-fd E`, in the sandbox `policy` describes (harness/sandbox.py;
+    None: none). `limit_s` bounds the time spent in phases without their own entry in
+    `phase_limits` (e.g. {"build": 900}), each of which is bounded separately. What the child
+    left running is killed when it ends."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     tag = module.rsplit(".", 1)[-1]
@@ -97,10 +200,18 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     phase_limits = dict(phase_limits or {})
     reader = EventReader(events_path)
     start = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], cwd=REPO_ROOT,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(env), start_new_session=True)
+    # the request and the events file reach the child as descriptors: in a sandbox neither is
+    # within its reach by path (its scratch, its only writable folder, is work_dir/scratch)
+    request_fd = os.open(req_path, os.O_RDONLY)
+    events_fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        with open(log_path, "wb") as log:
+            proc = popen(command(module, ["--request-fd", str(request_fd), "--events-fd", str(events_fd)], policy),
+                         cwd=start_dir(policy), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         env=child_env(env, policy), start_new_session=True, pass_fds=(request_fd, events_fd))
+    finally:
+        os.close(request_fd)
+        os.close(events_fd)
     phase, phase_start, other_used = "start", start, 0.0
     timed_out, exceeded = False, None
     while True:
@@ -129,6 +240,9 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
             reader.poll()
             break
         time.sleep(poll_s)
+    if policy and policy["mode"] != "off":
+        reap_strays()
+        sandbox.release_cgroup(proc.pid)
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 and not timed_out else None
     return Outcome(returncode=rc, signal_name=sig, timed_out=timed_out, phase=phase,
                    events=list(reader.events), log_tail=tail(log_path),

@@ -36,8 +36,8 @@ from typing import Any
 
 from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
-from .isolation import Outcome, die_with_parent, tail
-from .pool import Spare, WorkerPool, kill
+from .isolation import Outcome, become_subreaper, die_with_parent, tail
+from .pool import Spare, WorkerPool, kill, retire
 from .precision import casts, strict_backends, strict_role
 from .results import Status
 
@@ -287,6 +287,7 @@ class Lane:
             except Exception:  # noqa: BLE001 - a worker that does not exit after reporting is killed
                 kill(spare)
         spare.channel.close()
+        retire(spare)  # what the worker left running killed, its scratch removed
         rc = spare.proc.returncode
         sig = signal.Signals(-rc).name if rc is not None and rc < 0 and not w.timeout else None
         phase = w.events[-1]["phase"] if w.events and w.events[-1].get("event") == "_phase" else "start"
@@ -325,13 +326,22 @@ def validate(message: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def open_lane(work_dir: Path, requested: str, gpu: str) -> Lane:
+def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None = None) -> Lane:
     """A lane on this process's first visible device (`gpu`: its id for the spares). The spares
-    start importing at once, while this process imports torch and probes the device."""
+    start importing at once, while this process imports torch and probes the device. `sandboxed`:
+    the workers' sandbox (harness/pool.py; from $KB_SANDBOX_LANE when not given), whose device is
+    decided before the probe (a host with NVIDIA's device files is taken for a CUDA one). The
+    lane is its workers' child subreaper: what they leave running comes back to it and is killed."""
+    become_subreaper()
     spare_env = {"CUDA_VISIBLE_DEVICES": gpu} if requested != "cpu" else {"CUDA_VISIBLE_DEVICES": ""}
     # spares kept ready: on a GPU enough to follow pairs of a few seconds each, one per three cores
     spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
-    pool = WorkerPool(work_dir / "workers", spare_env, size=spares)
+    if sandboxed is None and os.environ.get("KB_SANDBOX_LANE"):
+        sandboxed = json.loads(os.environ["KB_SANDBOX_LANE"])
+    if sandboxed:
+        device = "cpu" if requested == "cpu" or not os.path.exists("/dev/nvidiactl") else "cuda"
+        sandboxed = {**sandboxed, "device": device, "hidden": [*sandboxed["hidden"], str(work_dir)]}
+    pool = WorkerPool(work_dir / "workers", spare_env, size=spares, sandboxed=sandboxed)
     try:
         info = probe(requested)
         pool.size = pool.base_size = spares if info["device"] == "cuda" else 1

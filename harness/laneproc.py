@@ -3,6 +3,7 @@ run's lanes, one per GPU. Start a lane from the thread that will wait for it: th
 that thread (PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -12,11 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import REPO_ROOT
+from . import REPO_ROOT, sandbox
+from .build import cache_dir_of
 from .channel import Channel, ChannelClosed, ProtocolError
 from .config import Config
 from .errors import BadInput
-from .isolation import child_env, tail
+from .isolation import child_env, popen, tail
 from .solutions import Pair
 
 
@@ -30,8 +32,10 @@ class LaneProc:
     """A lane process and the runner's end of its channel. Start it from the thread that will
     wait for it: the lane dies with that thread (PR_SET_PDEATHSIG)."""
 
-    def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool):
+    def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool,
+                 sandboxed: dict[str, Any] | None = None):
         self.index, self.gpu, self.device = index, gpu, device
+        self.sandboxed = sandboxed  # its workers' sandbox (harness/sandbox.py template)
         self.work_dir = Path(work_dir) / f"lane{index}"
         self.hide_gpus = hide_gpus
         self.proc: subprocess.Popen | None = None
@@ -50,12 +54,14 @@ class LaneProc:
         channel, theirs = Channel.pair()
         env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
                "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
+        if self.sandboxed:
+            env["KB_SANDBOX_LANE"] = json.dumps(self.sandboxed)
         if self.hide_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif self.index > 0:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness.lane", str(theirs.fileno())], cwd=REPO_ROOT,
+            self.proc = popen([sys.executable, "-m", "harness.lane", str(theirs.fileno())], cwd=REPO_ROOT,
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=child_env(env), start_new_session=True, pass_fds=(theirs.fileno(),))
         theirs.close()
@@ -137,7 +143,8 @@ class Lanes:
         self.cfg = cfg
         self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
         self.hide = cfg.device == "cpu"
-        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide)
+        self.sandboxed = sandbox.template(cfg, [cfg.results_dir, self.work, cache_dir_of(cfg)])
+        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide, self.sandboxed)
         self.first.spawn()
         self.all = [self.first]
 
@@ -147,7 +154,8 @@ class Lanes:
 
     def add(self, count: int, info: dict[str, Any]) -> None:
         ids = gpu_ids(count) if info["device"] == "cuda" else [""]
-        self.all += [LaneProc(i, ids[i], self.cfg.device, self.work, self.hide) for i in range(1, len(ids))]
+        self.all += [LaneProc(i, ids[i], self.cfg.device, self.work, self.hide, self.sandboxed)
+                     for i in range(1, len(ids))]
 
     def build_slots(self) -> int:
         """Builds at once: the cores the lanes leave."""

@@ -3,12 +3,14 @@ and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (ha
 Where the pair's time went is recorded in its phases."""
 from __future__ import annotations
 
+import shutil
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from .blame import blame
+from .build import LOG_NAME
 from .env import gpu_now
 from .isolation import Outcome
 from .pool import kill
@@ -17,12 +19,34 @@ from .pipeline import assemble, build_of, failure, limit_hint, timing_of, verdic
 from .results import EvalResult, Status
 
 
-def _request(job: dict[str, Any], mode: str, hint_bytes: int = 0) -> dict[str, Any]:
+def _request(job: dict[str, Any], mode: str, spare, hint_bytes: int = 0) -> dict[str, Any]:
     cfg = job["config"]
     return {"mode": mode, "problem_path": job["problem_path"], "solution_path": job["solution_path"],
             "device": job["device"], "arch": job["arch"], "cache_dir": job["cache_dir"], "seeds": job["seeds"],
             "timing": cfg["timing"], "checks": cfg["checks"], "hint_bytes": hint_bytes, "env": job["worker_env"],
-            "precision": cfg["precision"]}
+            "precision": cfg["precision"], "prebuilt": stage_libraries(job, spare.scratch)}
+
+
+def stage_libraries(job: dict[str, Any], scratch: Path | None) -> dict[str, dict[str, str]]:
+    """A sandboxed worker does not reach the build cache: copy the libraries of its build record
+    (folders of the cache: harness/pipeline.py publish) into its scratch, with their build logs.
+    Returns build folder name -> {"copy": the copy's folder, "from": the cache's}
+    (harness/build.py install_hook)."""
+    if scratch is None:
+        return {}
+    home = Path(job["cache_dir"]).resolve()
+    staged = {}
+    for ext in job.get("libraries") or []:
+        folder = Path(ext.get("dir") or "")
+        if not ext.get("ok") or not folder.is_dir() or not folder.resolve().is_relative_to(home):
+            continue
+        copy = scratch / "lib" / folder.name
+        copy.mkdir(parents=True, exist_ok=True)
+        for library in [*folder.glob("*.so"), folder / LOG_NAME]:
+            if library.is_file():
+                shutil.copy2(library, copy / library.name)
+        staged[folder.name] = {"copy": str(copy), "from": str(folder)}
+    return staged
 
 
 def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
@@ -160,9 +184,11 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         env["gpu"] = {**env.get("gpu", {}), **gpu}
     lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
 
+    ran_in: dict[str, Any] = {}
+
     def result(status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
         return assemble(job, status, message, detail, phase, phases=phases, gpu_s=spent["gpu_s"],
-                        own_s=job["build_s"] + time.monotonic() - start, env=env, **fields)
+                        own_s=job["build_s"] + time.monotonic() - start, env=env, sandbox=ran_in, **fields)
 
     changed = sources_changed(job)
     if changed:
@@ -194,8 +220,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         spare = lane.pool.take()
         started = time.monotonic()
         try:
-            w = lane.watch(spare, _request(job, "eval", entry.get("out_bytes", 0)), limits, judgement, max_payload,
-                           rounds)
+            w = lane.watch(spare, _request(job, "eval", spare, entry.get("out_bytes", 0)), limits, judgement,
+                           max_payload, rounds)
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
             return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
@@ -204,6 +230,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
             if rounds is not None:
                 rounds.release()
         outcome = lane.finish(spare, w, started)
+        ran_in.update({k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")})
         failed = failure(outcome, limit_hint(outcome))
         if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
             lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without
@@ -248,7 +275,7 @@ def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -
     status, message, detail, phase = failed
     spare = lane.pool.fresh({"CUDA_LAUNCH_BLOCKING": "1"})
     started = time.monotonic()
-    outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose"), limits), started)
+    outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose", spare), limits), started)
     found = outcome.last("diagnosis")
     if found is None:
         if outcome.timed_out:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .build import write_manifest
 from .config import Config
 from .guards import timing_consistent
@@ -63,6 +66,11 @@ class RunContext:
         return make_seeds(self.cfg.seed, self.secret, self.extra_shapes.get(pair.problem.id, []),
                           c.trials, c.extra_shape_trials)
 
+    def hidden(self) -> list[Path]:
+        """What no sandboxed process of this run reads or writes: the results, the harness's work
+        folders (other pairs', the lanes'), the build cache."""
+        return [Path(self.cfg.results_dir), self.work_root.parent, self.cache_dir]
+
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
         env = {"MAX_JOBS": str(max(1, self.build_threads)), "TORCH_EXTENSIONS_DIR": str(self.cache_dir)}
@@ -76,9 +84,10 @@ def now() -> str:
 
 
 def request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
+    """A build step's request (no seeds: it runs nothing, and its scratch holds this file)."""
     cfg = ctx.cfg.to_dict()
     return {"mode": mode, "problem_path": str(pair.problem.path), "solution_path": str(pair.solution.path),
-            "device": ctx.device, "arch": ctx.arch, "cache_dir": str(ctx.cache_dir), "seeds": ctx.seeds_for(pair),
+            "device": ctx.device, "arch": ctx.arch, "cache_dir": str(ctx.cache_dir),
             "timing": cfg["timing"], "checks": cfg["checks"]}
 
 
@@ -145,11 +154,21 @@ class PairRun:
         there what is not built yet (the lane evaluates one pair at a time, so no pair of that
         GPU is timed meanwhile). Its verdict, a load_error included, is the worker's."""
         t = self.ctx.cfg.timeouts
-        outcome = run_module("harness.worker", request(self.ctx, self.pair, "build"), self.work_dir / "build",
+        where = self.work_dir / "build"
+        policy = None
+        if self.ctx.cfg.sandbox != "off":  # its scratch (where it builds) inside its work folder; the
+            # build cache read-only (an identical build is reused), the rest of the harness's state hidden
+            policy = sandbox.policy(self.ctx.cfg.to_dict(), self.ctx.device, scratch=where / "scratch",
+                                    hidden=[h for h in self.ctx.hidden() if h != self.ctx.cache_dir],
+                                    readable=[self.pair.solution.path, self.pair.problem.path])
+        outcome = run_module("harness.worker", request(self.ctx, self.pair, "build"), where,
                              limit_s=t.run_s, phase_limits={"build": t.build_s},
-                             env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""})
+                             env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""}, policy=policy)
         self.build_s = outcome.wall_s
         self.build = build_info(outcome)
+        self.sandbox = {k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")}
+        if policy:
+            publish(self.build["extensions"], where / "scratch" / "builds", self.ctx.cache_dir)
         self.extensions = self.build["extensions"]
         failed = failure(outcome, limit_hint(outcome))
         if failed and self.ctx.device == "cuda" and failed[0] in (Status.LOAD_ERROR, Status.CRASHED):
@@ -161,7 +180,8 @@ class PairRun:
                            self.ctx.device, self.build, skipped=failed[1] if failed else None)
         if failed:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-            return assemble(self.job(), *failed, phases={"build_s": self.build_s}, gpu_s=0.0, own_s=self.build_s)
+            return assemble(self.job(), *failed, phases={"build_s": self.build_s}, gpu_s=0.0, own_s=self.build_s,
+                            sandbox=self.sandbox)
         return None
 
     def job(self) -> dict[str, Any]:
@@ -171,7 +191,34 @@ class PairRun:
                 "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
                 "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
                 "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
-                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env()}
+                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
+
+
+def publish(extensions: list[dict[str, Any]], built: Path, home: Path) -> None:
+    """Copy what a sandboxed build step built (in `built`, its scratch) into the build cache `home`,
+    where a folder of that name (its build key: a hash of the sources, flags, torch and arch) is
+    not there yet; each extension's `dir` then names the cache's folder. A folder the step names
+    outside `built` is not taken (its events are its own words)."""
+    built = built.resolve()
+    for ext in extensions:
+        source = Path(ext.get("dir") or "")
+        if not ext.get("ok"):
+            continue
+        if source.resolve().parent == home.resolve():  # found in the cache, as it was
+            continue
+        if not source.is_dir() or source.resolve().parent != built:
+            ext["dir"] = None
+            continue
+        target = home / source.name
+        if not target.exists():
+            home.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{source.name}.", dir=home))
+            shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
+            try:
+                os.rename(staging, target)
+            except OSError:  # an identical build landed first
+                shutil.rmtree(staging, ignore_errors=True)
+        ext["dir"] = str(target)
 
 
 def assemble(job: dict[str, Any], status: Status, message: str, detail: str = "", phase: str = "", *,

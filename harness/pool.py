@@ -6,21 +6,25 @@ Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
 pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
 A spare runs in its own session (a kill takes its compiler children with it) and dies with the
 lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything.
+
+In a sandbox (harness/sandbox.py) each spare has a scratch folder of its own, made when it is
+started (its working directory and TMPDIR, the only place it writes); it is removed with
+everything the worker left running once its pair is over (`retire`).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from . import REPO_ROOT
+from . import sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
-from .isolation import child_env
+from .isolation import child_env, command, popen, reap_strays, start_dir
 
 
 @dataclass
@@ -31,6 +35,7 @@ class Spare:
     started: float
     state: str = "starting"        # starting -> ready (imported and primed); or dead
     events: list = field(default_factory=list)
+    scratch: Path | None = None    # its sandbox's scratch folder (None: no sandbox)
 
     @property
     def pid(self) -> int:
@@ -38,10 +43,13 @@ class Spare:
 
 
 class WorkerPool:
-    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int):
+    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, sandboxed: dict | None = None):
+        """`sandboxed`: the sandbox of every worker (sandbox.policy's arguments but the scratch:
+        {"cfg": {"sandbox", "limits"}, "device", "hidden"}); None: no sandbox."""
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env)
+        self.sandboxed = sandboxed if sandboxed and sandboxed["cfg"]["sandbox"] != "off" else None
         self.size = self.base_size = size   # spares kept ready (0 once no more pairs are expected)
         self.spares: list[Spare] = []
         self.count = 0
@@ -52,13 +60,18 @@ class WorkerPool:
         self.count += 1
         channel, theirs = Channel.pair()
         log_path = self.work_dir / f"worker-{self.count}.log"
+        policy = None
+        if self.sandboxed:
+            s = self.sandboxed
+            policy = sandbox.policy(s["cfg"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
+                                    hidden=[*s["hidden"], self.work_dir])
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.worker", "--serve", str(theirs.fileno())],
-                                    cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=child_env({**self.env, **(extra_env or {})}), start_new_session=True,
-                                    pass_fds=(theirs.fileno(),))
+            proc = popen(command("harness.worker", ["--serve", str(theirs.fileno())], policy), cwd=start_dir(policy),
+                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         env=child_env({**self.env, **(extra_env or {})}, policy), start_new_session=True,
+                         pass_fds=(theirs.fileno(),))
         theirs.close()
-        spare = Spare(proc, channel, log_path, time.monotonic())
+        spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None)
         if self.frozen:
             _signal(spare, signal.SIGSTOP)
         return spare
@@ -114,6 +127,16 @@ class WorkerPool:
         self.spares = []
 
 
+def retire(spare: Spare) -> int:
+    """After a worker's pair: every process it left (orphans come back to the lane, a child
+    subreaper) killed, its scratch removed. Returns how many were killed."""
+    killed = reap_strays()
+    sandbox.release_cgroup(spare.pid)
+    if spare.scratch is not None:
+        shutil.rmtree(spare.scratch, ignore_errors=True)
+    return killed
+
+
 def _signal(spare: Spare, sig: int) -> None:
     try:
         os.killpg(spare.pid, sig)
@@ -132,3 +155,4 @@ def kill(spare: Spare) -> None:
         spare.proc.kill()
         spare.proc.wait()
     spare.channel.close()
+    retire(spare)

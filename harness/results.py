@@ -15,6 +15,9 @@ Schema history (bump SCHEMA_VERSION on any incompatible change):
      per output correctness.outputs[].rel_l2_bounds and rounding (the tf32 class's bound from the
      reference's own rounding errors); the flag reference_disturbed. Versions 2-4 are read as they
      are (no rounds, no interval).
+  6  `sandbox`: the sandbox the pair's solution code ran in (harness/sandbox.py): its mode and
+     the mechanisms active ({} where none was reported: a pair that never started a worker).
+     Versions 2-5 are read with an empty sandbox.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (2, 3, 4, 5)
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (2, 3, 4, 5, 6)
 
 # The keys of EvalResult.phases, in seconds: where the pair's own wall time went. `wall_s` is the
 # pair's time (its build step, its evaluation, its store); `gpu_s` the time the device spent in
@@ -98,6 +101,7 @@ class EvalResult:
     finished_at: str = ""
     duration_s: float = 0.0          # the pair's own time (phases["wall_s"])
     precision: str = "fp32"          # the run's precision: the dtype of both models and the inputs
+    sandbox: Mapping[str, Any] = field(default_factory=dict)  # mode, active mechanisms, notes (harness/sandbox.py)
     schema_version: int = SCHEMA_VERSION
 
     @property

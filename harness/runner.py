@@ -10,6 +10,7 @@ given to a lane once more; a pair that takes down a lane twice is recorded as a 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -20,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from . import problems
-from .build import default_cache_dir, manifest_key, read_manifest
+from . import REPO_ROOT, problems, sandbox
+from .build import cache_dir_of, manifest_key, read_manifest
 from .config import Config
 from .env import git_info
 from .errors import BadInput
+from .isolation import reaping
 from .laneproc import LaneDied, LaneProc, Lanes
 from .leaderboard import summary
 from .pipeline import PairRun, RunContext, assemble
@@ -98,11 +100,55 @@ def open_lanes(cfg: Config):
     return Lanes(cfg)
 
 
+class CheckoutChanged(RuntimeError):
+    """Files the harness runs from changed during the run: its verdicts cannot be trusted."""
+
+    def __init__(self, changed: list[str], results: list[EvalResult]):
+        self.changed, self.results = changed, results
+        super().__init__(f"harness_error: the checkout changed during the run ({', '.join(changed)}); its results "
+                         f"cannot be trusted")
+
+
+def checkout_files(pairs: list[Pair], cfg: Config) -> list[Path]:
+    """What the run's verdicts rest on: the harness, the CLI, the problem files, the config."""
+    files = sorted((REPO_ROOT / "harness").rglob("*.py")) + [REPO_ROOT / "run_eval.py"]
+    files += sorted({p.problem.path for p in pairs})
+    if cfg.source and Path(cfg.source).is_file():
+        files.append(Path(cfg.source))
+    return files
+
+
+def digest(files: list[Path]) -> dict[str, str]:
+    found = {}
+    for path in files:
+        try:
+            found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            found[str(path)] = "missing"
+    return found
+
+
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
              out: Callable[[str], None] = print, lanes: Lanes | None = None) -> list[EvalResult]:
-    """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here."""
-    cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
+    """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
+    The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
+    raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
+    files = checkout_files(pairs, cfg)
+    before = digest(files)
+    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes)
+    changed = [name for name, sha in digest(files).items() if sha != before[name]]
+    if changed:
+        shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
+        Store(cfg.results_dir, run_id).write_manifest({"checkout_changed": shown})
+        raise CheckoutChanged(shown, results)
+    return results
+
+
+def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
+              lanes: Lanes | None) -> list[EvalResult]:
+    cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)
     lanes = lanes or open_lanes(cfg)
     try:
         first = lanes.first
@@ -112,6 +158,7 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
             raise RuntimeError(f"the evaluation lane could not start: {exc}\n{exc.detail}") from None
         if cfg.device == "cuda" and not info["has_cuda"]:
             raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
+        sandbox.check_mode(cfg.sandbox, info["device"], out)  # `required` on a host that lacks it: SandboxError
         count = lanes.capacity(info)
         wanted = cfg.gpus or count
         if info["device"] != "cuda" and cfg.gpus > count:
@@ -124,7 +171,8 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
         extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes) for p in pairs}
         first.validate(pairs, extra, cfg.source)
         lanes.add(wanted, info)
-        return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra)
+        with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra)
     finally:
         lanes.close()
 

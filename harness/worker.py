@@ -1,7 +1,8 @@
 """The ONLY module that imports solution code. One process per pair, run in one of two ways:
 
-    python -m harness.worker REQUEST.json   modes build and compile (harness/isolation.py): import
-                                            the solution, which builds its extension; events go to a file
+    python -m harness.worker --request-fd R --events-fd E
+                                            modes build and compile (harness/isolation.py): import the
+                                            solution, which builds its extension; events go to a file
     python -m harness.worker --serve FD     a warm spare of a lane's pool (harness/pool.py): torch and the
                                             harness are imported and primed before there is work; on the
                                             channel FD it gets one "run" (modes eval and diagnose)
@@ -84,6 +85,8 @@ class Worker:
         self.last_call: dict[str, Any] | None = None  # diagnosis: the last extension call
         self.calls = 0
         self.solution_ran = False  # the solution's import began: a CUDA error from here on is its kernels'
+        # what harness/jail.py put in place before this process imported anything (harness/sandbox.py)
+        self.sandbox = json.loads(os.environ.get("KB_SANDBOX_REPORT") or '{"mode": "off", "active": []}')
         # seconds the device spent in calls, by kind (phases.gpu_s; harness/results.py PHASES)
         self.gpu = {"checked_s": 0.0, "warmup_s": 0.0, "timed_s": 0.0, "profile_s": 0.0}
 
@@ -104,9 +107,17 @@ class Worker:
             self.set_phase("load")
 
     def load_solution(self):
-        install_hook(Path(self.req["cache_dir"]), self.req["arch"], self.device == "cuda", self.on_build,
+        cache_root, prebuilt, look_in = Path(self.req["cache_dir"]), None, None
+        if self.sandbox["mode"] != "off" and self.req["mode"] != "compile":
+            # the build cache is not written: a build step reuses what it finds there and builds the
+            # rest in its scratch (the runner copies it into the cache); a worker does not see the
+            # cache, imports the copies the lane put in its scratch and builds anything else there
+            cache_root, prebuilt = Path(self.sandbox["scratch"]) / "builds", self.req.get("prebuilt") or {}
+            look_in = Path(self.req["cache_dir"]) if self.req["mode"] == "build" else None
+        install_hook(cache_root, self.req["arch"], self.device == "cuda", self.on_build,
                      compile_only=self.req["mode"] == "compile", display=_display,
-                     wrap=self.recording if self.req["mode"] == "diagnose" else None)
+                     wrap=self.recording if self.req["mode"] == "diagnose" else None, prebuilt=prebuilt,
+                     look_in=look_in)
         self.set_phase("load")
         sys.path.insert(0, str(self.solution_path.parent))
         self.solution_ran = True
@@ -299,6 +310,7 @@ class Worker:
 
     def main(self) -> None:
         try:
+            self.events.emit("sandbox", **self.sandbox)
             if self.device == "cuda" and self.req["mode"] in ("eval", "diagnose"):  # builds see no GPU
                 torch.cuda.set_device(0)
             if self.req["mode"] in ("build", "compile"):
@@ -310,7 +322,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - every path ends in an outcome
             failure = classify(exc, self.phase, self.solution_path, self.device,
                                Path(self.req["problem_path"]) if self.req.get("problem_path") else None,
-                               solution_ran=self.solution_ran)
+                               solution_ran=self.solution_ran, limits=self.sandbox.get("limits"))
             try:
                 self.events.emit("error", status=failure.status.value, message=failure.message,
                                  detail=failure.detail, phase=self.phase, **failure.fields)
@@ -347,9 +359,10 @@ def main(argv: list[str]) -> None:
     try:
         if argv[1] == "--serve":
             serve(int(argv[2]))
-        else:
-            request = json.loads(Path(argv[1]).read_text())
-            Worker(request, EventWriter(Path(request["events_path"]))).main()
+        else:  # --request-fd R --events-fd E (harness/isolation.py run_module)
+            with os.fdopen(int(argv[2])) as f:
+                request = json.loads(f.read())
+            Worker(request, EventWriter(int(argv[4]))).main()
     except ChannelClosed:
         pass
     sys.stdout.flush()

@@ -169,7 +169,10 @@ def test_a_reference_timing_older_than_its_limit_is_measured_again(tmp_path):
 
 
 def test_a_solution_that_kills_its_lane_loses_no_other_pair(tmp_path):
-    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
+    """With the sandbox off (in it the signal is refused: tests/test_sandbox.py), a lane that dies
+    is replaced once, and the other pairs go on."""
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path),
+                                                                          "sandbox": "off"})
     problem = problem_from_path(ADD_PROBLEM)
     pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ("kill_lane", "cpp_ok")]
     lines = []

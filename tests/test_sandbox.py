@@ -1,0 +1,198 @@
+"""The sandbox around solution code (harness/sandbox.py), on the CPU: each attack of the red team
+runs through the real pipeline in a throwaway copy of the repository and ends as the solution's
+failure or as harmless, with nothing lost and no process left; the checkout's digest catches an
+edit when the sandbox is off; the modes and the policy's pieces on their own."""
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import REPO_ROOT, sandbox
+from harness.config import load_config, with_overrides
+from harness.errors import BadInput
+
+HOST = sandbox.probe()
+FULL = HOST.landlock >= 6 and HOST.unshare is not None
+needs_full = pytest.mark.skipif(not FULL, reason=f"this host lacks part of the sandbox: {HOST.missing('cpu')}")
+
+ATTACKS = ["sandbox_forger", "sandbox_edit_harness", "sandbox_wipe", "sandbox_peek", "sandbox_kill", "sandbox_connect",
+           "sandbox_fork_bomb", "sandbox_big_file"]
+DRIVER = """
+import json, sys
+from harness.config import load_config, with_overrides
+from harness.problems import problem_from_path
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+config, results_dir, overrides, *paths = sys.argv[1:]
+problem = problem_from_path("problems/examples/elementwise_add.py")
+cfg = with_overrides(load_config(config), {"results_dir": results_dir, **json.loads(overrides)})
+lines = []
+results = evaluate([Pair(problem, solution_from_path(p)) for p in paths], cfg, run_id="attacks", out=lines.append)
+print(json.dumps({"lines": lines, "results": {r.solution["name"]: {"status": r.status.value, "message": r.message,
+                                                                   "sandbox": r.sandbox} for r in results}}))
+"""
+
+
+def copy_repository(where: Path) -> Path:
+    repo = where / "repo"
+    for name in ("harness", "problems", "configs", "run_eval.py", "tests/fixtures"):
+        source = REPO_ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, repo / name)
+    return repo
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def strays(token: str) -> list[int]:
+    """Processes whose environment carries this test's token (every process of its run does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if token.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    where = tmp_path_factory.mktemp("sandbox")
+    repo = copy_repository(where)
+    results_dir = where / "results"
+    before = digest(repo)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    accepted: list[bytes] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+                accepted.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    token = f"kb-sandbox-test-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": str(repo), "KB_TEST_RESULTS": str(results_dir), "KB_TEST_BIG_MB": "32",
+           "KB_TEST_PORT": str(listener.getsockname()[1]), "KB_TEST_TOKEN": token}
+    overrides = json.dumps({"limits.processes": 64, "limits.file_size_mb": 16})
+    paths = [str(repo / "tests" / "fixtures" / "solutions" / f"{name}.py") for name in ATTACKS]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(repo / "tests/fixtures/configs/fast.yaml"), str(results_dir),
+                           overrides, *paths], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ran = json.loads(proc.stdout.strip().splitlines()[-1])
+    time.sleep(3)  # a forger that outlived its pair would have rewritten its verdict by now
+    stop.set()
+    thread.join()
+    listener.close()
+    stored = {json.loads(p.read_text())["solution"]["name"]: json.loads(p.read_text())["status"]
+              for p in (results_dir / "attacks").glob("*.json") if p.name != "run.json"}
+    return {"ran": ran, "results": ran["results"], "stored": stored, "accepted": accepted, "repo": repo,
+            "before": before, "after": digest(repo), "strays": strays(token)}
+
+
+@needs_full
+def test_every_attack_ends_as_the_solutions_failure_or_harmless(attacked):
+    got = {name: r["status"] for name, r in attacked["results"].items()}
+    assert got == {"sandbox_forger": "incorrect", "sandbox_edit_harness": "ok", "sandbox_wipe": "ok",
+                   "sandbox_peek": "ok", "sandbox_kill": "ok", "sandbox_connect": "ok",
+                   "sandbox_fork_bomb": "runtime_error", "sandbox_big_file": "runtime_error"}, attacked["results"]
+    assert "limits.processes = 64" in attacked["results"]["sandbox_fork_bomb"]["message"]
+    assert "limits.file_size_mb = 16" in attacked["results"]["sandbox_big_file"]["message"]
+    for result in attacked["results"].values():
+        assert result["sandbox"]["mode"] == "auto" and "landlock-fs (ABI" in " ".join(result["sandbox"]["active"])
+
+
+@needs_full
+def test_the_verdict_stays_as_judged_and_nothing_outlives_its_pair(attacked):
+    assert attacked["stored"]["sandbox_forger"] == "incorrect"   # the forger could not reach it
+    assert attacked["stored"] == {k: v["status"] for k, v in attacked["results"].items()}
+    assert attacked["strays"] == []                              # the forger, the fork bomb's sleepers: gone
+
+
+@needs_full
+def test_the_checkout_is_read_only_and_survives_a_wipe(attacked):
+    assert attacked["after"] == attacked["before"]               # harness files, fixtures, problems: unchanged
+    assert not (attacked["repo"] / "planted_by_solution.txt").exists()
+
+
+@needs_full
+def test_no_network_and_no_signal_to_the_lane_or_the_runner(attacked):
+    assert attacked["accepted"] == []
+    assert not any("died" in line for line in attacked["ran"]["lines"]), attacked["ran"]["lines"]
+
+
+def test_an_edit_of_the_harness_is_a_harness_error_for_the_run_when_the_sandbox_is_off(tmp_path):
+    repo = copy_repository(tmp_path)
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "run_eval.py", "--problem", "elementwise_add", "--solution",
+                           str(repo / "tests/fixtures/solutions/sandbox_edit_harness.py"), "--config",
+                           str(repo / "tests/fixtures/configs/fast.yaml"), "--set", "sandbox=off", "--results-dir",
+                           str(results), "--run-id", "edited"], cwd=repo, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the checkout changed during the run" in proc.stderr and "harness/numerics.py" in proc.stderr
+    manifest = json.loads((results / "edited" / "run.json").read_text())
+    assert manifest["checkout_changed"] == ["harness/judge.py", "harness/numerics.py"]
+    assert (results / "edited" / "elementwise_add__sandbox_edit_harness.json").is_file()  # nothing lost
+
+
+def test_required_refuses_a_host_that_lacks_part_of_it(monkeypatch):
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Host(landlock=3, unshare=None))
+    with pytest.raises(sandbox.SandboxError, match="Landlock ABI 6 .*user and network namespaces"):
+        sandbox.check_mode("required", "cpu", print)
+    lines = []
+    assert sandbox.check_mode("auto", "cpu", lines.append) is not None
+    assert len(lines) == 1 and lines[0].startswith("warning: sandbox: auto; this host lacks")
+    assert sandbox.check_mode("off", "cpu", lines.append) is None and len(lines) == 1
+
+
+def test_the_config_names_a_bad_mode_or_limit():
+    with pytest.raises(BadInput, match="sandbox must be one of auto, required, off"):
+        with_overrides(load_config(None), {"sandbox": "sometimes"})
+    with pytest.raises(BadInput, match="limits.processes"):
+        with_overrides(load_config(None), {"limits.processes": 0})
+
+
+def test_everything_but_the_hidden_folders_is_read(tmp_path):
+    (tmp_path / "results" / "run").mkdir(parents=True)
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "note.txt").write_text("x")
+    (tmp_path / "current").symlink_to(tmp_path)              # a way around: pytest's own pytest-current is one
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "checkout")
+    full, partial = sandbox._readable_cover([str(tmp_path / "results")])
+    assert str(tmp_path / "current") not in full and str(tmp_path / "elsewhere") in full
+    assert str(tmp_path / "checkout") in full and str(tmp_path / "note.txt") in full
+    assert str(tmp_path) in partial and "/" in partial                     # listed on the way, not read
+    assert not any(p == str(tmp_path / "results") or p.startswith(str(tmp_path / "results") + "/")
+                   for p in full + partial)
+
+
+def test_a_limit_is_named_by_its_config_key():
+    limits = {"processes": 64, "open_files": 128, "file_size_mb": 16}
+    assert "limits.file_size_mb = 16" in sandbox.limit_message(OSError(27, "File too large"), limits)
+    assert "limits.open_files = 128" in sandbox.limit_message(OSError(24, "Too many open files"), limits)
+    assert "limits.processes = 64" in sandbox.limit_message(BlockingIOError(11, "Resource temporarily unavailable"),
+                                                            limits)
+    assert sandbox.limit_message(OSError(2, "No such file"), limits) is None
+    assert sandbox.limit_message(OSError(27, "File too large"), None) is None
