@@ -42,6 +42,7 @@ def eval_parser() -> argparse.ArgumentParser:
     selection_args(p)
     p.add_argument("--resume", action="store_true", help="skip pairs already recorded in --run-id")
     p.add_argument("--format", choices=["text", "md", "csv"], default="text", help="final table format")
+    p.add_argument("--wide", action="store_true", help="the text table with full names and spreads (wider than 120 columns)")
     return p
 
 
@@ -89,13 +90,16 @@ def report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_eval.py report", description="Print the table of a recorded run.")
     p.add_argument("run_dir", help="results/<run-id>")
     p.add_argument("--format", choices=["text", "md", "csv"], default="text")
+    p.add_argument("--wide", action="store_true", help="the text table with full names and spreads")
     p.add_argument("--phases", action="store_true", help="the phase table instead: seconds per phase of each pair, "
                                                          "its GPU time and its overhead")
     return p
 
 
-def render(results, fmt: str) -> str:
-    return {"text": leaderboard.table, "md": leaderboard.markdown, "csv": leaderboard.to_csv}[fmt](results)
+def render(results, fmt: str, wide: bool = False) -> str:
+    if fmt == "text":
+        return leaderboard.terminal_table(results, wide)
+    return {"md": leaderboard.markdown, "csv": leaderboard.to_csv}[fmt](results)
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -104,7 +108,7 @@ def cmd_report(argv: list[str]) -> int:
     if args.phases:
         print(leaderboard.phase_table(results, args.format))
     else:
-        print(render(results, args.format))
+        print(render(results, args.format, args.wide))
     return 0
 
 
@@ -262,19 +266,33 @@ def cmd_eval(argv: list[str]) -> int:
     if args.resume and not args.run_id:
         raise BadInput("--resume", "needs --run-id naming the run to resume")
     cfg = configured(args)
+    if args.resume and not (Path(cfg.results_dir) / args.run_id / "run.json").is_file():
+        raise BadInput("--resume", f"no run '{args.run_id}' is recorded under {cfg.results_dir}/ (no "
+                                   f"{cfg.results_dir}/{args.run_id}/run.json); without --resume it starts anew")
     pairs = selected_pairs(args, cfg)
     run_id = args.run_id or new_run_id()
     results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume)
     print()
-    print(render(results, args.format))
+    print(render(results, args.format, args.wide))
     counts = leaderboard.summary(results)
     where = f"{cfg.results_dir}/{run_id}"
     print(f"\nresults: {where}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
           f"leaderboard: python run_eval.py leaderboard {where}; lane logs: {where}/logs/")
     evaluated = [r for r in results if r.status.evaluated]
     if not evaluated:
-        print("warning: no pair was evaluated (all skipped)", file=sys.stderr)
+        print(nothing_evaluated(results), file=sys.stderr)
     return 0 if all(r.status.passed for r in evaluated) else 1
+
+
+def nothing_evaluated(results: list) -> str:
+    """One line for a run in which no pair could be evaluated: why, and what to run instead here."""
+    cuda = [r for r in results if "needs a CUDA device" in r.message]
+    if results and len(cuda) == len(results):
+        return (f"warning: no CUDA device: {len(results)} pair(s) skipped. On this machine: `python run_eval.py "
+                f"check --device cpu` (lint, compile-only, the CPU pipeline) or `python run_eval.py --problem "
+                f"elementwise_add --device cpu` (C++ solutions on the CPU)")
+    why = f": {results[0].message}" if results else ""
+    return f"warning: no pair was evaluated ({len(results)} skipped{why})"
 
 
 def cmd_check(argv: list[str]) -> int:

@@ -250,7 +250,7 @@ def load_config(path: str | Path | None) -> Config:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise BadInput(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
+        raise BadInput(path, f"not valid YAML:\n{exc}") from None  # the parser's lines: its caret points at the place
     if data is None:
         data = {}
     cfg = _build(Config, data, str(path), "", Config())

@@ -56,7 +56,7 @@ def precision_line(results: Iterable[EvalResult]) -> str:
     """A line naming the run's precision where it is not fp32 (empty for fp32 runs)."""
     half = sorted({r.precision for r in results if r.precision != "fp32"})
     return (f"precision {', '.join(half)}: both models and the floating-point inputs cast to it; classes and "
-            f"baselines of {', '.join(half)} (README: Precisions)") if half else ""
+            f"baselines of {', '.join(half)} (docs/precisions.md)") if half else ""
 
 
 def table(results: Iterable[EvalResult], fmt: str = "simple") -> str:
@@ -64,6 +64,46 @@ def table(results: Iterable[EvalResult], fmt: str = "simple") -> str:
     title = precision_line(results)
     text = tabulate(rows(results), headers=COLUMNS, tablefmt=fmt, disable_numparse=True)
     return f"{title}\n{text}" if title else text
+
+
+TERMINAL_COLUMNS = ["problem", "solution", "status", "class", "err", "ms", "base ms", "speedup", "flags"]
+SHORT_FLAGS = {"library_passthrough": "passthrough", "timing_inconsistent": "timing?", "reference_disturbed": "ref-busy"}
+
+
+def short_label(name: str, width: int) -> str:
+    """A problem or solution name in `width` characters: a KernelBench id's number, a space, and as
+    much of its name as fits ('81 conv_transpose_2d_asy…')."""
+    number, _, rest = name.partition("_")
+    text = f"{number} {rest}" if number.isdigit() and rest else name
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def terminal_table(results: Iterable[EvalResult], wide: bool = False, problem_width: int = 21,
+                   solution_width: int = 11) -> str:
+    """The run's table for a terminal, within 120 columns: short labels, medians without their
+    spread, the one baseline the class is compared with ('base ms': PyTorch's defaults for tf32 and
+    the half classes, TF32 off or the strict setting for fp32), short flags. `wide`: every column
+    in full, as `table` (md, csv, json and html always are)."""
+    results = list(results)
+    if wide:
+        return table(results)
+    body = []
+    for result in sorted(results, key=lambda r: (r.problem["id"], r.solution["name"])):
+        full = row(result)
+        t = result.timing or {}
+        base = t.get(t.get("baseline") or "")
+        err = (result.correctness or {}).get("max_abs_error")
+        body.append([short_label(full[0], problem_width), short_label(full[1], solution_width), full[2], full[3],
+                     f"{err:.1e}" if err is not None else "-",
+                     f"{t['solution']['median_ms']:.3f}" if t.get("solution") else "-",
+                     f"{base['median_ms']:.3f}" if base else "-",
+                     full[8].replace(" (vs fp32)", "").replace(" (vs strict)", ""),
+                     ",".join(SHORT_FLAGS.get(f, f) for f in result.flags) or "-"])
+    widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(TERMINAL_COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+             for cells in [TERMINAL_COLUMNS, ["-" * w for w in widths], *body]]
+    title = precision_line(results)
+    return "\n".join(([title] if title else []) + lines)
 
 
 def markdown(results: Iterable[EvalResult]) -> str:

@@ -10,7 +10,7 @@ its own sandbox, has no network, and runs under resource limits. Everything it s
 after its pair: the lane and the runner are child subreapers, so orphans (a double fork, setsid)
 come back to them (reap_strays).
 
-Mechanisms, chosen because they are the kernel's own and need no privilege (README: Sandbox):
+Mechanisms, chosen because they are the kernel's own and need no privilege (docs/evaluation.md, Sandbox):
   - Landlock (ABI 1+ files, 4+ TCP bind/connect, 6+ signal and abstract-socket scoping), applied
     by the process itself before it imports anything of the solution's (`enter`, called by
     harness/jail.py before torch is imported: Landlock binds the calling thread and the threads
@@ -215,7 +215,7 @@ def child_env(pol: dict[str, Any] | None) -> dict[str, str]:
         return {}
     scratch = pol["scratch"]
     return {"TMPDIR": scratch, "TEMP": scratch, "TMP": scratch, "XDG_CACHE_HOME": f"{scratch}/.cache",
-            "TRITON_CACHE_DIR": f"{scratch}/.triton", "KB_SANDBOX": "1"}
+            "TRITON_CACHE_DIR": f"{scratch}/.triton", "CUDA_CACHE_PATH": f"{scratch}/.nv", "KB_SANDBOX": "1"}
 
 
 # ----------------------------------------------------------------------------------------------

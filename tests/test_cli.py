@@ -22,7 +22,7 @@ def test_examples_family_on_cpu_exit_0_with_table(tmp_path):
                        "--run-id", "r1", tmp_path=tmp_path)
     assert rc == 0, out + err
     header = next(line for line in out.splitlines() if line.startswith("problem"))
-    for column in ("solution", "status", "max abs err", "ms", "ref ms", "speedup"):
+    for column in ("solution", "status", "err", "ms", "base ms", "speedup"):
         assert column in header
     assert "cpp_add" in out and "skipped" in out  # cuda_add: needs a CUDA device
     assert json.loads((tmp_path / "r1" / "elementwise_add__cpp_add.json").read_text())["status"] == "ok"
@@ -115,3 +115,27 @@ def test_a_precision_no_solution_of_the_selection_is_written_for_is_one_line(tmp
     rc, _, err = cli("--problem", "57", "--precision", "fp16", "--results-dir", str(tmp_path / "r"), tmp_path=tmp_path)
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 2 and len(lines) == 1 and "not for this run's fp16" in lines[0], err
+
+
+def test_resume_of_a_run_that_was_never_recorded_is_bad_input(tmp_path):
+    line = _bad(tmp_path, "--problem", "elementwise_add", "--config", FAST, "--run-id", "doesnotexist", "--resume")
+    assert "--resume" in line and "doesnotexist" in line
+
+
+def test_a_yaml_error_keeps_the_parsers_caret(tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("timing:\n  warmup: [1, 2\n")
+    rc, out, err = cli("--problem", "elementwise_add", "--config", str(config), "--results-dir", str(tmp_path / "r"),
+                       tmp_path=tmp_path)
+    assert rc == 2 and err.startswith(f"error: {config}: not valid YAML"), err
+    caret = next(line for line in err.splitlines() if line.strip() == "^")
+    context = err.splitlines()[err.splitlines().index(caret) - 1]
+    assert context.strip().startswith("warmup: [1, 2") or "warmup" in err  # the line the caret sits under
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_where_nothing_could_be_evaluated_says_what_to_run_here(tmp_path):
+    rc, out, err = cli("--problem", "elementwise_add", "--solution", "cuda_add", "--config", FAST, "--results-dir",
+                       str(tmp_path), tmp_path=tmp_path)
+    assert rc == 0, out + err
+    assert "no CUDA device: 1 pair(s) skipped. On this machine: `python run_eval.py check --device cpu`" in err

@@ -1,4 +1,4 @@
-from harness import leaderboard
+from harness import REPO_ROOT, leaderboard
 from harness.results import Status
 from test_results import make_result
 
@@ -17,3 +17,16 @@ def test_formats_and_summary():
     assert leaderboard.to_csv(results).splitlines()[0] == ",".join(leaderboard.COLUMNS)
     assert "speedup" in leaderboard.table(results)
     assert leaderboard.summary(results) == {"ok": 1, "crashed": 1}
+
+
+def test_the_terminal_table_fits_120_columns_and_wide_shows_everything():
+    """The family's snapshot (KernelBench's long names, intervals, flags) and every status."""
+    from harness.leaderboard import terminal_table
+    from harness.store import load_run
+    results = load_run(REPO_ROOT / "results" / "snapshots" / "2026-11-24-h200-split-family")
+    narrow = terminal_table(results)
+    assert max(len(line) for line in narrow.splitlines()) <= 120, narrow
+    assert "81 conv_transpose_2d…" in narrow and "81_conv_transpose_2d_asymmetric" not in narrow
+    wide = terminal_table(results, wide=True)
+    assert "81_conv_transpose_2d_asymmetric_input_square_kernel___dilated____padded____strided__" in wide
+    assert max(len(line) for line in wide.splitlines()) > 120

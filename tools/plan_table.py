@@ -1,4 +1,4 @@
-"""The README's table of the fast kernels: per conv_transpose2d problem and class, the kernel that
+"""The table of the fast kernels (docs/problems-and-solutions.md): per conv_transpose2d problem and class, the kernel that
 runs (FastConvTranspose2d.plan on the benchmark input: the same rule the call follows), where it
 lives, its tiles, and how far the measured time is from the problem's floor. Needs a GPU for the
 plans; the times come from result files.
