@@ -149,9 +149,16 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     objects = cache_dir / "compile-only" if cfg.sandbox != "off" else cache_dir
     objects.mkdir(parents=True, exist_ok=True)
 
+    from .problems import discover
+    from .solutions import problem_for
+    known = discover()
+
     def one(path: Path) -> dict:
         request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
                    "cache_dir": str(objects)}
+        owner = problem_for(Path(path), known)  # its module runs with the problem's names, as in KernelBench
+        if owner is not None:
+            request["problem_path"] = str(owner.path)
         with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
             policy = None if cfg.sandbox == "off" else sandbox.policy(
                 cfg.to_dict(), "cpu", scratch=Path(work) / "scratch", hidden=[cfg.results_dir, cache_dir],

@@ -26,7 +26,7 @@ from .timing import ratio_interval
 from .isolation import Outcome, run_module
 from .precision import baseline as baseline_of
 from .results import EvalResult, Status
-from .solutions import Pair
+from .solutions import Pair, problem_names_used
 
 
 def derive_seed(*parts: Any) -> int:
@@ -187,7 +187,11 @@ class PairRun:
     def job(self) -> dict[str, Any]:
         """What a lane needs to evaluate the pair (plain data: it crosses to the lane's process)."""
         ctx = self.ctx
-        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.pair.solution.to_dict(),
+        solution = self.pair.solution.to_dict()
+        used = problem_names_used(self.pair.solution.path, self.pair.problem.path)
+        if used:  # run with a copy of the problem's names, as KernelBench's eval does
+            solution["problem_names"] = used
+        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": solution,
                 "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
                 "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
                 "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
@@ -306,6 +310,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
     message = f"{cls} class; {report['message']}"
     if weights:
         message += f"; note: weights differ from the reference ({'; '.join(weights)})"
+    if job["solution"].get("problem_names"):
+        message += f"; note: uses the problem's names: {', '.join(job['solution']['problem_names'])}"
     if flags:
         message += "; flagged: " + ", ".join(flags)
     status = Status.REJECTED if failures else Status.OK

@@ -96,8 +96,18 @@ def select(spec: str | None, root: Path = PROBLEMS_ROOT) -> list[Problem]:
     raise BadInput("--problem", f"'{spec}' matches no problem under {_display(Path(root))}/ (families: {fams})")
 
 
-def load_module(path: Path, prefix: str = "kb_problem") -> types.ModuleType:
-    """Import a Python file under a unique module name. Exceptions propagate."""
+def namespace_of(module: types.ModuleType | None) -> dict:
+    """A copy of a problem module's names, for its solution (KernelBench's eval runs the problem's
+    source and then the solution's in one namespace, so solutions use the problem's constants, its
+    helpers, even its `torch` and `nn`): a solution that rebinds one changes only its own copy."""
+    if module is None:
+        return {}
+    return {k: v for k, v in vars(module).items() if not (k.startswith("__") and k.endswith("__"))}
+
+
+def load_module(path: Path, prefix: str = "kb_problem", names: dict | None = None) -> types.ModuleType:
+    """Import a Python file under a unique module name, its namespace starting with `names` (a
+    solution: its problem's, namespace_of). Exceptions propagate."""
     path = Path(path).resolve()
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
     mod_name = f"{prefix}_{digest}"
@@ -105,6 +115,8 @@ def load_module(path: Path, prefix: str = "kb_problem") -> types.ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    for key, value in (names or {}).items():
+        module.__dict__.setdefault(key, value)
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)

@@ -203,6 +203,32 @@ def top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
     return names, star
 
 
+def problem_names_used(solution_path: Path, problem_path: Path) -> list[str]:
+    """The problem's module-level names a solution uses without binding them itself (KernelBench
+    runs both in one namespace: harness/problems.py namespace_of), read from the two files' syntax.
+    [] where either does not parse."""
+    import builtins
+    try:
+        solution = ast.parse(Path(solution_path).read_text())
+        problem = ast.parse(Path(problem_path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    offered, _ = top_level_names(problem)
+    loaded, bound = set(), set(top_level_names(solution)[0])
+    for node in ast.walk(solution):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return sorted((loaded - bound - set(dir(builtins))) & offered)
+
+
 def check_static(solution: Solution) -> None:
     """BadInput when the file cannot be read or visibly defines no ModelNew.
 

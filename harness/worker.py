@@ -36,7 +36,7 @@ from .handoff import export
 from .isolation import die_with_parent
 from .libshare import measure as measure_library_share
 from .precision import casts
-from .problems import _display, construct, exception_location, load_module, make_inputs
+from .problems import _display, construct, exception_location, load_module, make_inputs, namespace_of
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
 # or torch.cuda.synchronize afterwards does not change what the worker calls.
@@ -106,7 +106,14 @@ class Worker:
             self.events.emit("build", **{k: v for k, v in info.items() if k != "event"})
             self.set_phase("load")
 
-    def load_solution(self):
+    def load_solution(self, problem=None):
+        """The solution's ModelNew, its module run with a copy of its problem's names (`problem`, or
+        the request's problem file, loaded here), as KernelBench's eval does."""
+        if problem is None and self.req.get("problem_path"):
+            problem = load_module(Path(self.req["problem_path"]))
+        return self._load_solution(namespace_of(problem))
+
+    def _load_solution(self, names: dict):
         cache_root, prebuilt, look_in = Path(self.req["cache_dir"]), None, None
         if self.sandbox["mode"] != "off" and self.req["mode"] != "compile":
             # the build cache is not written: a build step reuses what it finds there and builds the
@@ -122,7 +129,7 @@ class Worker:
         sys.path.insert(0, str(self.solution_path.parent))
         self.solution_ran = True
         with torch.no_grad():
-            module = for_solution(load_module, self.solution_path, prefix="kb_solution")
+            module = for_solution(load_module, self.solution_path, prefix="kb_solution", names=names)
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
             raise Failure(Status.LOAD_ERROR, f"{self.solution_path}: defines no ModelNew")
@@ -167,7 +174,7 @@ class Worker:
         seeds = self.req["seeds"]
         problem = load_module(Path(self.req["problem_path"]))
         self.last_call = None
-        model_new = self.load_solution()
+        model_new = self.load_solution(problem)
         try:
             for shape_index, shape in enumerate(seeds["shapes"]):
                 for key, value in shape["overrides"].items():
@@ -269,7 +276,7 @@ class Worker:
         seeds = self.req["seeds"]
         problem = load_module(Path(self.req["problem_path"]))
         originals = {k: getattr(problem, k) for shape in seeds["shapes"] for k in shape["overrides"]}
-        model_new = self.load_solution()
+        model_new = self.load_solution(problem)
         benchmark_model = None
         for shape_index, shape in enumerate(seeds["shapes"]):
             for key, value in {**originals, **shape["overrides"]}.items():
