@@ -387,6 +387,19 @@ def _join_pids_cgroup(limit: int) -> str | None:
     return None
 
 
+def process_limit_binds() -> bool:
+    """Whether limits.processes can hold here: RLIMIT_NPROC for a user other than root, a pids
+    cgroup (writable by this process) for root."""
+    if os.getuid() != 0:
+        return True
+    for root in PIDS_ROOTS:
+        base = Path(root)
+        if (base / "cgroup.procs").exists() and os.access(base, os.W_OK):
+            if not (base / "cgroup.controllers").exists() or "pids" in (base / "cgroup.subtree_control").read_text():
+                return True
+    return False
+
+
 def release_cgroup(pid: int) -> None:
     """After a sandboxed process ended (its pair is over): kill what is left in its pids cgroup
     and remove the cgroup."""

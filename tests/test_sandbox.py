@@ -21,7 +21,7 @@ from harness.config import load_config, with_overrides
 from harness.errors import BadInput
 
 HOST = sandbox.probe()
-FULL = HOST.landlock >= 6 and HOST.unshare is not None
+FULL = HOST.landlock >= 6 and HOST.unshare is not None and sandbox.process_limit_binds()
 needs_full = pytest.mark.skipif(not FULL, reason=f"this host lacks part of the sandbox: {HOST.missing('cpu')}")
 
 ATTACKS = ["sandbox_forger", "sandbox_edit_harness", "sandbox_wipe", "sandbox_peek", "sandbox_kill", "sandbox_connect",
