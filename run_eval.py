@@ -249,10 +249,10 @@ def selected_pairs(args, cfg: Config) -> list:
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
-    from harness.build import default_cache_dir
+    from harness.build import cache_dir_of
     return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
                                   precision=cfg.precision,
-                                  reference_dir=reference_dir(Path(cfg.build.cache_dir or default_cache_dir())))
+                                  reference_dir=reference_dir(cache_dir_of(cfg)))
 
 
 def reference_dir(cache: Path) -> Path:

@@ -244,13 +244,13 @@ class RayLanes:
     where = "the Ray cluster"
 
     def __init__(self, cfg):
-        from .build import default_cache_dir
+        from .build import cache_dir_of
         self.cfg = cfg
         ray = ray_module()
         self.owned = not ray.is_initialized()  # connected here: disconnected (a local instance stopped) at the end
         self.ray = connect(cfg.ray.address)
         self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
-        self.store = Store(self.ray, Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir())
+        self.store = Store(self.ray, cache_dir_of(cfg))
         self.remote_build = build_task(self.ray)
         from . import sandbox
         self.sandboxed = sandbox.template(cfg, [cfg.results_dir, self.store.dir.parent])

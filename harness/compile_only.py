@@ -131,11 +131,11 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     from concurrent.futures import ThreadPoolExecutor
 
     from . import sandbox
-    from .build import default_cache_dir
+    from .build import cache_dir_of
     from .isolation import run_module
     from .pipeline import failure
     from .problems import _display
-    cache_dir = Path(cfg.build.cache_dir) if cfg.build.cache_dir else default_cache_dir()
+    cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
     workers = max(1, min(jobs or cfg.build.jobs or cores, len(files) or 1))

@@ -77,7 +77,7 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
     that is missing now (`now` None)."""
     changes: list[Change] = []
     for new, old, label in pairs:
-        problem, solution = old.problem["id"], old.solution["name"]
+        problem = old.problem["id"]
         where = f"{problem} / {label}"
         if new is None:
             changes.append(Change(problem, label, "disappeared", f"{where}: in the baseline, not in this check"))

@@ -143,6 +143,10 @@ class PairRun:
         self.seeds = ctx.seeds_for(pair)
         self.attempts = 0               # lanes that took it (one more after a lane died)
         self.extensions: list[dict[str, Any]] = []  # what its build step built (or an earlier one, per the manifest)
+        self.solution = pair.solution.to_dict()   # with the problem's names it uses (KernelBench's namespace)
+        used = problem_names_used(pair.solution.path, pair.problem.path)
+        if used:
+            self.solution["problem_names"] = used
 
     def run_build(self) -> EvalResult | None:
         """Build step, with the GPU hidden; a result when the pair ends here (build error, skipped,
@@ -187,11 +191,7 @@ class PairRun:
     def job(self) -> dict[str, Any]:
         """What a lane needs to evaluate the pair (plain data: it crosses to the lane's process)."""
         ctx = self.ctx
-        solution = self.pair.solution.to_dict()
-        used = problem_names_used(self.pair.solution.path, self.pair.problem.path)
-        if used:  # run with a copy of the problem's names, as KernelBench's eval does
-            solution["problem_names"] = used
-        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": solution,
+        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.solution,
                 "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
                 "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
                 "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,

@@ -120,20 +120,6 @@ class Host:
     landlock: int                       # ABI version, 0 = none
     unshare: tuple[str, ...] | None     # the namespaces' command prefix, None = not allowed here
 
-    def mechanisms(self, device: str) -> list[str]:
-        found = []
-        if self.landlock >= 1:
-            found.append(f"landlock-fs (ABI {self.landlock})")
-        if self.landlock >= 4:
-            found.append("landlock-tcp")
-        if self.landlock >= 6:
-            found.append("landlock-scope (signals, abstract sockets)")
-        if self.unshare and (device != "cuda" or namespaces_on_cuda()):
-            found.append("user+network namespaces")
-        if sys.platform == "linux":
-            found += ["subreaper", "rlimits"]
-        return found
-
     def missing(self, device: str) -> list[str]:
         """What a full sandbox needs and this host (or this device's runs) lacks, in words."""
         lacks = []
@@ -367,15 +353,24 @@ def _kuid_is_root() -> bool:
     return os.getuid() == 0
 
 
-def _join_pids_cgroup(limit: int) -> str | None:
-    """Move this process into a pids cgroup of its own (cgroup v1's pids hierarchy, or v2 where
-    the pids controller is enabled), at most `limit` tasks; its path, None where none is writable."""
+def _pids_hierarchies() -> list[Path]:
+    """Cgroup folders whose children can limit tasks: cgroup v1's pids hierarchy, or v2's root
+    where the pids controller is enabled for its children."""
+    found = []
     for root in PIDS_ROOTS:
         base = Path(root)
         if not (base / "cgroup.procs").exists():
             continue
         if (base / "cgroup.controllers").exists() and "pids" not in (base / "cgroup.subtree_control").read_text():
             continue
+        found.append(base)
+    return found
+
+
+def _join_pids_cgroup(limit: int) -> str | None:
+    """Move this process into a pids cgroup of its own, at most `limit` tasks; its path, None
+    where none is writable."""
+    for base in _pids_hierarchies():
         mine = base / "kb-sandbox" / str(os.getpid())
         try:
             mine.mkdir(parents=True, exist_ok=True)
@@ -390,14 +385,7 @@ def _join_pids_cgroup(limit: int) -> str | None:
 def process_limit_binds() -> bool:
     """Whether limits.processes can hold here: RLIMIT_NPROC for a user other than root, a pids
     cgroup (writable by this process) for root."""
-    if os.getuid() != 0:
-        return True
-    for root in PIDS_ROOTS:
-        base = Path(root)
-        if (base / "cgroup.procs").exists() and os.access(base, os.W_OK):
-            if not (base / "cgroup.controllers").exists() or "pids" in (base / "cgroup.subtree_control").read_text():
-                return True
-    return False
+    return os.getuid() != 0 or any(os.access(base, os.W_OK) for base in _pids_hierarchies())
 
 
 def release_cgroup(pid: int) -> None:
@@ -511,12 +499,4 @@ def limit_message(exc: BaseException, limits: dict[str, Any] | None) -> str | No
         return f"more open files than the limit (limits.open_files = {limits['open_files']})"
     if exc.errno == errno.EAGAIN:
         return f"more processes than the limit (limits.processes = {limits['processes']})"
-    return None
-
-
-def signal_message(signal_name: str | None, limits: dict[str, Any] | None) -> str | None:
-    if limits and signal_name == "SIGXFSZ":
-        return f"a file past the size limit (limits.file_size_mb = {limits['file_size_mb']})"
-    if limits and signal_name == "SIGXCPU":
-        return "the CPU time limit"
     return None
