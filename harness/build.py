@@ -5,11 +5,17 @@ solution is imported) with a wrapper that:
   * keys the build directory by a hash of (sources, functions, flags, torch version, CUDA arch),
     so identical sources build once and two solutions that share an extension name never collide;
   * reports CUDA sources as needing a CUDA device when there is none (the pair is skipped);
-  * captures everything the compiler prints into <build dir>/harness_build.log;
   * checks the call for misuse before compiling (harness/inline.py) and raises InlineMisuse;
-  * raises BuildError when compiling or linking fails, with the first error mapped back to the
-    line of the solution (or .cu file) where that source line is written, and the full log;
-  * in compile-only mode (harness/compile_only.py) compiles the object files and loads nothing.
+  * in a build step (`record`): compiles nothing. It records the call as a recipe (its arguments
+    as plain data, its key, where it was made) and returns a stand-in module; the runner compiles
+    each recipe in a compile step that runs no solution code (harness/compiler.py) and publishes
+    the result in the build cache under the key it computes itself (harness/recipes.py), so the
+    cache holds only what its recipes compile to, whatever a build step did;
+  * in a worker: imports the library of a recipe the lane staged for it (`prebuilt`), nothing
+    written; a call no recipe covers builds in the worker's own folder, never shared:
+    captures everything the compiler prints into <build dir>/harness_build.log and raises
+    BuildError when compiling or linking fails, with the first error mapped back to the line of
+    the solution (or .cu file) where that source line is written, and the full log.
 """
 from __future__ import annotations
 
@@ -22,11 +28,12 @@ import re
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any, Callable
 
 from .blame import for_solution
-from .compile_only import find_nvcc, make_jit_compile
+from .compile_only import find_nvcc
 from .inline import ErrorSite, Layout, as_list, candidate_files, check_call, describe_build_error
 
 LOG_NAME = "harness_build.log"
@@ -53,6 +60,40 @@ class InlineMisuse(Exception):
 
 class NeedsCuda(Exception):
     """The solution needs a CUDA device and this run has none: the pair is skipped."""
+
+
+class ExtensionDeferred(Exception):
+    """A recorded extension was used while a build step imported its solution (before it is built)."""
+
+
+class Recorded(types.ModuleType):
+    """What load_inline returns in a build step: the extension is compiled after the step, from
+    its recipe; using it during the step's import says so (the pair then goes on to its worker,
+    which imports the solution with the library built)."""
+
+    def __getattr__(self, item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        raise ExtensionDeferred(f"extension '{self.__name__}' is compiled after the build step (from what its "
+                                f"load_inline call recorded); its function '{item}' was used during the import")
+
+
+def plain_params(params: dict[str, Any]) -> dict[str, Any]:
+    """load_inline's arguments as plain data (a recipe crosses processes as JSON): paths as
+    strings, tuples as lists; build_directory and verbose left out (they do not change what is
+    built). Anything else is a misuse: it could not be compiled where it was not made."""
+    def plain(value: Any, name: str) -> Any:
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return value
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, (list, tuple)):
+            return [plain(v, name) for v in value]
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {k: plain(v, name) for k, v in value.items()}
+        raise TypeError(f"load_inline's argument '{name}' is a {type(value).__name__}, not strings, "
+                        f"lists or paths")
+    return {name: plain(value, name) for name, value in params.items() if name not in ("build_directory", "verbose")}
 
 
 def manifest_key(solution, torch_version: str, arch: str, device: str) -> str:
@@ -119,10 +160,15 @@ def first_errors(log: str, limit: int = 3) -> str:
     return " | ".join(found)
 
 
-def build_key(bound: dict[str, Any], torch_version: str, arch: str) -> str:
-    relevant = {k: v for k, v in bound.items() if k not in ("build_directory", "verbose")}
-    blob = json.dumps({"args": relevant, "torch": torch_version, "arch": arch}, sort_keys=True, default=repr)
+def build_key(plain: dict[str, Any], torch_version: str, arch: str) -> str:
+    """The key of a recipe (plain_params of a load_inline call), the torch it builds against and
+    the architecture: the build folder's name is the extension's name and its first 16 digits."""
+    blob = json.dumps({"args": plain, "torch": torch_version, "arch": arch}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def folder_of(plain: dict[str, Any], torch_version: str, arch: str, compile_only: bool = False) -> str:
+    return f"{plain['name']}-{build_key(plain, torch_version, arch)[:16]}{'-compile-only' if compile_only else ''}"
 
 
 @contextlib.contextmanager
@@ -168,15 +214,14 @@ def _missing_argument(exc: TypeError) -> str | None:
 def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable[[dict], None],
                  compile_only: bool = False, display: Callable[[Path], str] = str,
                  wrap: Callable[[Any, str], Any] | None = None, prebuilt: dict[str, dict] | None = None,
-                 look_in: Path | None = None) -> None:
-    """`wrap(module, name)`, when given, replaces each loaded extension module (diagnosis runs
-    record the calls into it). In a sandbox (harness/sandbox.py) `cache_root` is the process's
-    private build folder (the runner copies what a build step built into the cache), and
-    `prebuilt` maps a build folder's name to {"copy": the folder in the worker's scratch where the
-    lane put its library, "from": the cache's folder}: that library is imported as it is (no ninja,
-    nothing written; the build record names the cache's folder);
-    `look_in` (a sandboxed build step: the build cache, which it reads and does not write) is
-    searched for a folder already built the same way."""
+                 record: Callable[[dict], None] | None = None) -> None:
+    """`record` (a build step, and compile-only's): each call not in `prebuilt` is recorded as a
+    recipe (its event) and answered with a Recorded stand-in; nothing is compiled. `prebuilt` maps
+    a build folder's name to {"copy": the folder where the lane put its library, "from": the
+    cache's folder}: that library is imported as it is (no ninja, nothing written; the build
+    record names the cache's folder). Any other call builds under `cache_root` (the worker's own
+    folder). `wrap(module, name)`, when given, replaces each loaded extension module (diagnosis
+    runs record the calls into it)."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -200,64 +245,67 @@ def install_hook(cache_root: Path, arch: str, has_cuda: bool, on_build: Callable
         # load_inline inserts its #include lines into the lists it is given: pass copies
         params["cpp_sources"] = as_list(params["cpp_sources"])
         params["cuda_sources"] = as_list(params.get("cuda_sources")) or None
-        layout = Layout.of(params["cpp_sources"], params["cuda_sources"], bool(params.get("no_implicit_headers")))
         if params.get("cuda_sources"):
             if compile_only and not find_nvcc():
                 raise NeedsCuda(f"extension '{name}' has CUDA sources and this machine has no nvcc to compile them")
             if not compile_only and not has_cuda:
                 raise NeedsCuda(f"extension '{name}' has CUDA sources and this run has no CUDA device")
-        key = build_key(params, torch.__version__, arch)
-        folder = f"{name}-{key[:16]}{'-compile-only' if compile_only else ''}"
+        try:
+            plain = plain_params(params)
+        except TypeError as exc:
+            raise InlineMisuse(where, [str(exc)]) from None
+        key = build_key(plain, torch.__version__, arch)
+        folder = folder_of(plain, torch.__version__, arch, compile_only)
         staged = (prebuilt or {}).get(folder)
-        found, origin = (staged["copy"], staged["from"]) if staged else (None, None)
-        if found is None and look_in is not None and (look_in / folder / LOG_NAME).exists() \
-                and any((look_in / folder).glob(f"{name}*.so")):
-            found = origin = str(look_in / folder)
-        if found is not None:
-            on_build({"event": "build_start", "name": name, "dir": origin, "key": key, "cached": True})
-            module = for_solution(cpp_ext._import_module_from_library, name, found,
+        if staged:
+            on_build({"event": "build_start", "name": name, "dir": staged["from"], "key": key, "cached": True})
+            module = for_solution(cpp_ext._import_module_from_library, name, staged["copy"],
                                   params.get("is_python_module", True))
-            log = (Path(found) / LOG_NAME).read_text(errors="replace") if (Path(found) / LOG_NAME).exists() else ""
-            on_build({"event": "build_end", "name": name, "dir": origin, "key": key, "cached": True,
+            log_path = Path(staged["copy"]) / LOG_NAME
+            log = log_path.read_text(errors="replace") if log_path.exists() else ""
+            on_build({"event": "build_end", "name": name, "dir": staged["from"], "key": key, "cached": True,
                       "ok": True, "seconds": 0.0, "log": log})
             return wrap(module, name) if wrap else module
-        build_dir = Path(cache_root) / folder
-        build_dir.mkdir(parents=True, exist_ok=True)
-        log_path = build_dir / LOG_NAME
-        was_built = (not compile_only and any(build_dir.glob(f"{name}*.so")) and log_path.exists())
-        previous_log = log_path.read_text(errors="replace") if was_built else ""
-        params["build_directory"] = str(build_dir)
-        params["verbose"] = True
-        start = time.monotonic()
-        info = {"name": name, "dir": str(build_dir), "key": key, "cached": was_built}
-        on_build({**info, "event": "build_start"})
-        fresh_log = build_dir / "harness_build.current.log"
-        try:
-            with _capture_fds(fresh_log):
-                if compile_only:
-                    saved_jit = cpp_ext._jit_compile
-                    cpp_ext._jit_compile = make_jit_compile(Path(cache_root))
-                    try:
-                        module = for_solution(original, **params)
-                    finally:
-                        cpp_ext._jit_compile = saved_jit
-                else:
-                    module = for_solution(original, **params)
-        except Exception as exc:
-            log = fresh_log.read_text(errors="replace")
-            if str(exc) and str(exc) not in log:
-                log += f"\n{type(exc).__name__}: {exc}\n"
-            on_build({**info, "event": "build_end", "ok": False, "seconds": time.monotonic() - start, "log": log})
-            if "Error building extension" in str(exc) or isinstance(exc, (OSError, ImportError)) and "undefined symbol" in str(exc):
-                site = describe_build_error(log, layout, candidate_files(callers), display)
-                raise BuildError(name, log, str(build_dir), site) from None
-            raise
-        log = fresh_log.read_text(errors="replace")
-        if was_built and "no work to do" in log:
-            log = previous_log
-        else:
-            log_path.write_text(log)
-        on_build({**info, "event": "build_end", "ok": True, "seconds": time.monotonic() - start, "log": log})
-        return wrap(module, name) if wrap else module
+        if record is not None:
+            record({"name": name, "folder": folder, "key": key, "params": plain, "where": where,
+                    "callers": [str(c) for c in callers], "compile_only": compile_only})
+            return Recorded(name)
+        return _build_here(original, params, Path(cache_root) / folder, key, callers, display, on_build, wrap)
 
     cpp_ext.load_inline = load_inline
+
+
+def _build_here(original, params: dict[str, Any], build_dir: Path, key: str, callers: list[Path],
+                display: Callable[[Path], str], on_build: Callable[[dict], None], wrap) -> Any:
+    """torch's load_inline in `build_dir`, the compiler's output in its log, an error mapped back
+    to the solution's line (BuildError)."""
+    name = params["name"]
+    layout = Layout.of(params["cpp_sources"], params["cuda_sources"], bool(params.get("no_implicit_headers")))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log_path = build_dir / LOG_NAME
+    was_built = any(build_dir.glob(f"{name}*.so")) and log_path.exists()
+    previous_log = log_path.read_text(errors="replace") if was_built else ""
+    params = {**params, "build_directory": str(build_dir), "verbose": True}
+    start = time.monotonic()
+    info = {"name": name, "dir": str(build_dir), "key": key, "cached": was_built}
+    on_build({**info, "event": "build_start"})
+    fresh_log = build_dir / "harness_build.current.log"
+    try:
+        with _capture_fds(fresh_log):
+            module = for_solution(original, **params)
+    except Exception as exc:
+        log = fresh_log.read_text(errors="replace")
+        if str(exc) and str(exc) not in log:
+            log += f"\n{type(exc).__name__}: {exc}\n"
+        on_build({**info, "event": "build_end", "ok": False, "seconds": time.monotonic() - start, "log": log})
+        if "Error building extension" in str(exc) or isinstance(exc, (OSError, ImportError)) and "undefined symbol" in str(exc):
+            site = describe_build_error(log, layout, candidate_files(callers), display)
+            raise BuildError(name, log, str(build_dir), site) from None
+        raise
+    log = fresh_log.read_text(errors="replace")
+    if was_built and "no work to do" in log:
+        log = previous_log
+    else:
+        log_path.write_text(log)
+    on_build({**info, "event": "build_end", "ok": True, "seconds": time.monotonic() - start, "log": log})
+    return wrap(module, name) if wrap else module

@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Callable
 
-from . import leaderboard, standings
+from . import leaderboard, sandbox, standings
 from .config import Config
 from .errors import BadInput
 from .gate import Verdict, compare, compare_pairs, junit as junit_xml, step_summary
@@ -77,7 +76,7 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
     for finding in findings:
         out(str(finding))
     out(f"lint: {len(files)} file(s), {sum(f.severity == 'error' for f in findings)} error(s)")
-    then = revision_pairs(pairs, baseline_rev, Path(tempfile.mkdtemp(prefix="kb-rev-")), out) if baseline_rev else {}
+    then = revision_pairs(pairs, baseline_rev, sandbox.work_folder("kb-rev-"), out) if baseline_rev else {}
     ordered = [p for pair in pairs for p in [pair] + ([then[(pair.problem.id, pair.solution.name)]]
                                                         if (pair.problem.id, pair.solution.name) in then else [])]
     everything = evaluate(ordered, cfg, run_id=run_id, out=out)

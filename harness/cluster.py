@@ -122,7 +122,7 @@ def build_task(ray: Any):
         """The build step on a cluster node; the build directories the store lacks, packed. This
         task's process reaps what the build step left running (harness/isolation.py)."""
         from .isolation import reaping
-        with reaping(run.ctx.cfg.sandbox != "off"):
+        with reaping(run.ctx.plan["mode"] != "off"):
             result = run.run_build()
         blobs = {}
         for ext in run.build.get("extensions", []):
@@ -148,7 +148,8 @@ def lane_actor(ray: Any, device: str):
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if requested != "cpu" else ""
             os.environ.update(KB_LANE_GPU=gpu, KB_LANE_INDEX=str(index))
             self.node = f"{socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
-            self.lane = open_lane(Path(tempfile.mkdtemp(prefix="kb-lane-")), requested, gpu, sandboxed)
+            from .sandbox import work_folder
+            self.lane = open_lane(work_folder("kb-lane-"), requested, gpu, sandboxed)
             self.lane.env["lane"]["node"] = self.node
 
         def hello(self) -> dict:
@@ -243,17 +244,17 @@ class RayLanes:
 
     where = "the Ray cluster"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, plan):
         from .build import cache_dir_of
         self.cfg = cfg
         ray = ray_module()
         self.owned = not ray.is_initialized()  # connected here: disconnected (a local instance stopped) at the end
         self.ray = connect(cfg.ray.address)
-        self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
+        from . import sandbox
+        self.work = sandbox.work_folder("kb-harness-")
         self.store = Store(self.ray, cache_dir_of(cfg))
         self.remote_build = build_task(self.ray)
-        from . import sandbox
-        self.sandboxed = sandbox.template(cfg, [cfg.results_dir, self.store.dir.parent])
+        self.sandboxed = sandbox.template(plan, [cfg.results_dir, self.store.dir.parent])
         self.first = RayLane(self.ray, 0, cfg.device, self.sandboxed)
         self.first.spawn()
         self.all = [self.first]

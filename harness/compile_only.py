@@ -124,50 +124,58 @@ def make_jit_compile(stub_root: Path):
 
 def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | None = None,
                       out=print) -> list[dict]:
-    """Compile-only: import each solution in a worker whose load_inline compiles the object files
-    (CUDA with nvcc, C++ with the host compiler) and loads nothing. No GPU is needed or used.
-    Each item: {"path", "status", "message", "detail", "extensions"}."""
+    """Compile-only: import each solution in a build step that records its load_inline calls,
+    then compile each recipe's object files (CUDA with nvcc, C++ with the host compiler) in a
+    compile step, as a run builds its libraries (harness/recipes.py: published in the cache's
+    compile-only folder, reused by later checks); nothing is linked or loaded. No GPU is needed
+    or used. Each item: {"path", "status", "message", "detail", "extensions"}."""
+    import importlib.metadata
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     from . import sandbox
     from .build import cache_dir_of
+    from .failures import failure
     from .isolation import run_module
-    from .pipeline import failure
-    from .problems import _display
+    from .problems import _display, discover
+    from .recipes import Compiler, Compiles
+    from .solutions import problem_for
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
     workers = max(1, min(jobs or cfg.build.jobs or cores, len(files) or 1))
-    env = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch,
-           "MAX_JOBS": str(max(1, cores // workers))}
+    env = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(max(1, cores // workers))}
     if cuda_home():
         env["CUDA_HOME"] = cuda_home()
-
-    # In a sandbox a compile-only step writes object files only under the cache's compile-only
-    # folder (nothing there is ever loaded) and its own scratch.
-    objects = cache_dir / "compile-only" if cfg.sandbox != "off" else cache_dir
-    objects.mkdir(parents=True, exist_ok=True)
-
-    from .problems import discover
-    from .solutions import problem_for
+    plan = sandbox.prepare(cfg, [Path(f).resolve().parent for f in files]).to_dict()
+    work_root = sandbox.work_folder("kb-compile-")
+    hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
+    compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s)
+    compiles = Compiles()
     known = discover()
 
     def one(path: Path) -> dict:
         request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
-                   "cache_dir": str(objects)}
+                   "cache_dir": str(cache_dir)}
         owner = problem_for(Path(path), known)  # its module runs with the problem's names, as in KernelBench
         if owner is not None:
             request["problem_path"] = str(owner.path)
-        with tempfile.TemporaryDirectory(prefix="kb-compile-") as work:
-            policy = None if cfg.sandbox == "off" else sandbox.policy(
-                cfg.to_dict(), "cpu", scratch=Path(work) / "scratch", hidden=[cfg.results_dir, cache_dir],
-                readable=[Path(path).resolve()], writable=[objects])
-            outcome = run_module("harness.worker", request, Path(work), limit_s=cfg.timeouts.run_s,
-                                 phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
+        work = Path(tempfile.mkdtemp(prefix="step-", dir=work_root))
+        policy = None if plan["mode"] == "off" else sandbox.policy(
+            plan, "cpu", scratch=work / "scratch", hidden=hidden,
+            readable=[Path(path).resolve(), *([owner.path] if owner else [])])
+        outcome = run_module("harness.worker", request, work, limit_s=cfg.timeouts.run_s,
+                             phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
         failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
-        builds = outcome.all("build")
-        item = {"path": _display(Path(path)), "extensions": [b.get("name") for b in builds]}
+        recipes = [e["recipe"] for e in outcome.all("recipe")]
+        item = {"path": _display(Path(path)), "extensions": [r["params"]["name"] for r in recipes]}
+        if failed is None:
+            for index, recipe in enumerate(recipes):
+                done = compiles.get(compiler, {**recipe, "compile_only": True}, lambda i=index: work / f"compile{i}")
+                if done.failed:
+                    failed = done.failed
+                    break
+        shutil.rmtree(work, ignore_errors=True)
         if failed:
             status, message, detail, _ = failed
             item.update(status=status.value, message=message, detail=detail)
@@ -177,6 +185,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
         out(f"{item['path']}: {item['status']}: {item['message']}")
         return item
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, files))
-    return results
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, files))
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)

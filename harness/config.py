@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ class LimitsConfig:
     open_files: int = 4096
     file_size_mb: int = 8192   # the largest file it may write
     memory_gb: float = 0.0     # CPU runs: its address space; 0 = 80% of the host's memory
+    user: str = "auto"         # who it runs as when the harness is root: auto (a uid of its own each), same, UID[:GID]
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,8 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
         return 0
     if key == "sandbox" and value is False:  # YAML 1.1 reads a bare `off` as false
         return "off"
+    if key == "limits.user" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     if typ in (int, float, str) and isinstance(value, typ) and not isinstance(value, bool):
         return value
     raise BadInput(path, f"key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
@@ -238,6 +242,8 @@ def validate(cfg: Config) -> Config:
     if min(lim.processes, lim.open_files, lim.file_size_mb) < 1 or lim.memory_gb < 0:
         raise BadInput(where, "limits.processes, limits.open_files and limits.file_size_mb must be >= 1, "
                               "limits.memory_gb >= 0 (0: 80% of the host's memory)")
+    if lim.user not in ("auto", "same") and not re.fullmatch(r"\d+(:\d+)?", lim.user):
+        raise BadInput(where, f"limits.user must be auto, same, UID or 'UID:GID' (quoted), got {lim.user!r}")
     return cfg
 
 

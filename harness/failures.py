@@ -6,13 +6,16 @@ from __future__ import annotations
 import re
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .blame import blame
 from .build import BuildError, InlineMisuse, NeedsCuda
 from .problems import exception_location
 from .results import Status
 from .sandbox import limit_message
+
+if TYPE_CHECKING:
+    from .isolation import Outcome
 
 _NO_CUDA_MARKERS = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
                     "No CUDA GPUs are available", "CUDA driver initialization failed")
@@ -84,7 +87,7 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
         return Failure(Status.BUILD_ERROR, str(exc), detail)
     text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0] if text else type(exc).__name__
-    hit = next((m for e in _chain(exc) if (m := limit_message(e, limits))), None)
+    hit = next((m for e in exception_chain(exc) if (m := limit_message(e, limits))), None)
     if hit:
         first_line = f"{first_line} (the sandbox refused {hit})"
     where = exception_location(exc, solution_path)
@@ -109,7 +112,7 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
     return Failure(Status.RUNTIME_ERROR, f"{phase}: {first_line} at {where}", detail)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def exception_chain(exc: BaseException) -> list[BaseException]:
     found: list[BaseException] = []
     while exc is not None and exc not in found and len(found) < 10:
         found.append(exc)
@@ -134,3 +137,24 @@ def argument_notes(args: list, device: str) -> list[str]:
         elif arg.numel() and arg.data_ptr() % 16:
             notes.append(f"{what} is not 16-byte aligned (storage offset {arg.storage_offset()})")
     return notes
+
+
+def failure(outcome: "Outcome", limit_hint: str = "") -> tuple[Status, str, str, str] | None:
+    """(status, message, detail, phase) when a child (a worker, a build or compile step; its
+    harness/isolation.py Outcome) did not finish cleanly."""
+    phase = outcome.phase
+    if outcome.timed_out:
+        message = outcome.timeout_message or (f"timed out in phase '{phase}': no result after {outcome.limit_s:g} s "
+                                              f"{limit_hint}; the worker was killed")
+        return Status.TIMEOUT, message, outcome.log_tail, phase
+    error = outcome.last("error")
+    if error:
+        return (Status(error["status"]), error["message"], error.get("detail", ""), error.get("phase", phase))
+    if outcome.last("done") is None or outcome.returncode != 0:
+        how = f"signal {outcome.signal_name}" if outcome.signal_name else f"exit code {outcome.returncode}"
+        return (Status.CRASHED, f"worker died ({how}) in phase '{phase}' without reporting", outcome.log_tail, phase)
+    return None
+
+
+def limit_hint(outcome: "Outcome") -> str:
+    return "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)"

@@ -152,32 +152,28 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def child_env(extra: Mapping[str, str] | None = None, policy: dict[str, Any] | None = None) -> dict[str, str]:
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["KB_PARENT_PID"] = str(os.getpid())
     env.update(extra or {})
-    if policy and policy["mode"] != "off":
-        env.update(sandbox.child_env(policy), KB_SANDBOX_POLICY=json.dumps(policy))
     return env
 
 
-def command(module: str, args: list[str], policy: dict[str, Any] | None) -> list[str]:
-    """`python -m module args`, through the sandbox (harness/jail.py) where `policy` asks for it."""
+def child_command(module: str, args: list[str], policy: dict[str, Any] | None,
+              extra_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str], Path, dict[str, Any]]:
+    """`python -m module args` as a child: its command, environment, working directory and
+    Popen's extras; through the sandbox (harness/jail.py, started as sandbox.launch says) where
+    `policy` asks for it, else from the repository."""
+    env = child_env(extra_env)
     if not policy or policy["mode"] == "off":
-        return [sys.executable, "-m", module, *args]
-    return [*sandbox.command_prefix(policy), sys.executable, "-m", "harness.jail", module, *args]
-
-
-def start_dir(policy: dict[str, Any] | None) -> Path:
-    """The child's working directory: its scratch in a sandbox, else the repository."""
-    if not policy or policy["mode"] == "off":
-        return REPO_ROOT
-    scratch = Path(policy["scratch"])
-    scratch.mkdir(parents=True, exist_ok=True)
-    return scratch
+        return [sys.executable, "-m", module, *args], env, REPO_ROOT, {}
+    start = sandbox.launch(policy)
+    env.update(start.env)
+    return ([*start.prefix, sys.executable, "-m", "harness.jail", module, *args], env, Path(policy["scratch"]),
+            start.popen)
 
 
 def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s: float,
@@ -206,9 +202,10 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     events_fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         with open(log_path, "wb") as log:
-            proc = popen(command(module, ["--request-fd", str(request_fd), "--events-fd", str(events_fd)], policy),
-                         cwd=start_dir(policy), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         env=child_env(env, policy), start_new_session=True, pass_fds=(request_fd, events_fd))
+            argv, child, cwd, extra = child_command(module, ["--request-fd", str(request_fd), "--events-fd",
+                                                        str(events_fd)], policy, env)
+            proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child,
+                         start_new_session=True, pass_fds=(request_fd, events_fd), **extra)
     finally:
         os.close(request_fd)
         os.close(events_fd)

@@ -40,6 +40,7 @@ from .isolation import Outcome, become_subreaper, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill, retire
 from .precision import casts, strict_backends, strict_role
 from .results import Status
+from .sandbox_check import check_sandbox, wanted
 
 FIRST_CALLS = ("construct", "profile")
 
@@ -94,6 +95,7 @@ class Lane:
         if "gpu_name" in info:
             self.env["gpu_name"] = info["gpu_name"]  # the GPU that measured, whatever the run's first lane had
         self.judge = Judge(self.device, self.cache_bytes(0.3))
+        self.sandbox_plan = (pool.sandboxed or {}).get("plan", {})
         self.refs: dict[tuple, dict[str, Any]] = {}
 
     def cache_bytes(self, fraction: float) -> int:
@@ -348,6 +350,8 @@ def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None =
         if info["device"] == "cuda":
             import torch
             torch.cuda.set_device(0)
+        if sandboxed and wanted(info["device"]):  # one sandboxed worker starts CUDA before any pair does
+            info["sandbox"] = check_sandbox(pool, info["device"])
         return Lane(pool, info, work_dir)
     except BaseException:
         pool.close()

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -139,11 +138,11 @@ class Lanes:
 
     where = "this machine"
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, plan: sandbox.Plan):
         self.cfg = cfg
-        self.work = Path(tempfile.mkdtemp(prefix="kb-harness-"))
+        self.work = sandbox.work_folder("kb-harness-")
         self.hide = cfg.device == "cpu"
-        self.sandboxed = sandbox.template(cfg, [cfg.results_dir, self.work, cache_dir_of(cfg)])
+        self.sandboxed = sandbox.template(plan, [cfg.results_dir, self.work, cache_dir_of(cfg)])
         self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide, self.sandboxed)
         self.first.spawn()
         self.all = [self.first]

@@ -15,7 +15,8 @@ from .env import gpu_now
 from .isolation import Outcome
 from .pool import kill
 from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
-from .pipeline import assemble, build_of, failure, limit_hint, timing_of, verdict
+from .failures import failure, limit_hint
+from .pipeline import assemble, build_of, timing_of, verdict
 from .results import EvalResult, Status
 
 
@@ -28,22 +29,24 @@ def _request(job: dict[str, Any], mode: str, spare, hint_bytes: int = 0) -> dict
 
 
 def stage_libraries(job: dict[str, Any], scratch: Path | None) -> dict[str, dict[str, str]]:
-    """A sandboxed worker does not reach the build cache: copy the libraries of its build record
-    (folders of the cache: harness/pipeline.py publish) into its scratch, with their build logs.
-    Returns build folder name -> {"copy": the copy's folder, "from": the cache's}
-    (harness/build.py install_hook)."""
-    if scratch is None:
-        return {}
+    """The libraries of the pair's build record (folders the runner published in the build cache:
+    harness/recipes.py) for its worker: a sandboxed worker does not reach the cache, so they are
+    copied into its scratch (regular files only), with their build logs; with the sandbox off the
+    worker imports them where they are. Returns build folder name -> {"copy": the folder to
+    import from, "from": the cache's} (harness/build.py install_hook)."""
     home = Path(job["cache_dir"]).resolve()
     staged = {}
     for ext in job.get("libraries") or []:
         folder = Path(ext.get("dir") or "")
         if not ext.get("ok") or not folder.is_dir() or not folder.resolve().is_relative_to(home):
             continue
+        if scratch is None:
+            staged[folder.name] = {"copy": str(folder), "from": str(folder)}
+            continue
         copy = scratch / "lib" / folder.name
         copy.mkdir(parents=True, exist_ok=True)
         for library in [*folder.glob("*.so"), folder / LOG_NAME]:
-            if library.is_file():
+            if library.is_file() and not library.is_symlink():
                 shutil.copy2(library, copy / library.name)
         staged[folder.name] = {"copy": str(copy), "from": str(folder)}
     return staged
@@ -231,6 +234,9 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
                 rounds.release()
         outcome = lane.finish(spare, w, started)
         ran_in.update({k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")})
+        without = [*lane.sandbox_plan.get("lacks", []), *lane.info.get("sandbox", {}).get("left_out", [])]
+        if ran_in and without:  # what the run's sandbox goes without on this host, and why
+            ran_in["without"] = without
         failed = failure(outcome, limit_hint(outcome))
         if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
             lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without

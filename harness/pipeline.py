@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,10 @@ from .build import write_manifest
 from .config import Config
 from .guards import timing_consistent
 from .timing import ratio_interval
+from .failures import failure, limit_hint
 from .isolation import Outcome, run_module
 from .precision import baseline as baseline_of
+from .recipes import Compiled, Compiler, Compiles
 from .results import EvalResult, Status
 from .solutions import Pair, problem_names_used
 
@@ -60,6 +60,8 @@ class RunContext:
     torch_version: str = ""         # part of the build manifest's key
     env: dict[str, Any] = field(default_factory=dict)
     extra_shapes: dict[str, list] = field(default_factory=dict)  # problem id -> overrides
+    plan: dict[str, Any] = field(default_factory=lambda: {"mode": "off", "limits": {}, "identity": "same"})
+    compiles: Compiles = field(default_factory=Compiles, compare=False)  # the run's compile steps (recipes.py)
 
     def seeds_for(self, pair: Pair) -> dict[str, Any]:
         c = self.cfg.correctness
@@ -70,6 +72,11 @@ class RunContext:
         """What no sandboxed process of this run reads or writes: the results, the harness's work
         folders (other pairs', the lanes'), the build cache."""
         return [Path(self.cfg.results_dir), self.work_root.parent, self.cache_dir]
+
+    def compiler(self) -> Compiler:
+        """What the run's compile steps need (harness/recipes.py)."""
+        return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
+                        self.worker_env(), self.cfg.timeouts.build_s)
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
@@ -111,26 +118,6 @@ def build_of(step: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     return {"extensions": list(step["extensions"]) + extra, "log": f"{step.get('log', '')}\n{worker['log']}"}
 
 
-def failure(outcome: Outcome, limit_hint: str = "") -> tuple[Status, str, str, str] | None:
-    """(status, message, detail, phase) when the worker did not finish cleanly."""
-    phase = outcome.phase
-    if outcome.timed_out:
-        message = outcome.timeout_message or (f"timed out in phase '{phase}': no result after {outcome.limit_s:g} s "
-                                              f"{limit_hint}; the worker was killed")
-        return Status.TIMEOUT, message, outcome.log_tail, phase
-    error = outcome.last("error")
-    if error:
-        return (Status(error["status"]), error["message"], error.get("detail", ""), error.get("phase", phase))
-    if outcome.last("done") is None or outcome.returncode != 0:
-        how = f"signal {outcome.signal_name}" if outcome.signal_name else f"exit code {outcome.returncode}"
-        return (Status.CRASHED, f"worker died ({how}) in phase '{phase}' without reporting", outcome.log_tail, phase)
-    return None
-
-
-def limit_hint(outcome: Outcome) -> str:
-    return "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)"
-
-
 class PairRun:
     """A pair on the runner's side: its build step, and the job a lane evaluates."""
 
@@ -149,36 +136,52 @@ class PairRun:
             self.solution["problem_names"] = used
 
     def run_build(self) -> EvalResult | None:
-        """Build step, with the GPU hidden; a result when the pair ends here (build error, skipped,
-        timeout). A successful build is recorded in the cache's manifest.
+        """Build step, with the GPU hidden, then a compile step for each recipe it recorded that the
+        build cache lacks (harness/recipes.py); a result when the pair ends here (build error,
+        skipped, timeout). A successful build is recorded in the cache's manifest.
 
         On a CUDA run an import that fails or crashes with the GPU hidden (a solution that uses
         CUDA at import: a stream, device properties, a CUDA tensor, as KernelBench allows) does not
-        end the pair: it goes to its lane, whose worker imports it with its GPU visible and builds
-        there what is not built yet (the lane evaluates one pair at a time, so no pair of that
-        GPU is timed meanwhile). Its verdict, a load_error included, is the worker's."""
+        end the pair: it goes to its lane, whose worker imports it with its GPU visible, as does an
+        import that used its extension before it was built (harness/build.py Recorded); the
+        worker builds there what no recipe covered (the lane evaluates one pair at a time, so no
+        pair of that GPU is timed meanwhile). Its verdict, a load_error included, is the worker's."""
         t = self.ctx.cfg.timeouts
         where = self.work_dir / "build"
         policy = None
-        if self.ctx.cfg.sandbox != "off":  # its scratch (where it builds) inside its work folder; the
-            # build cache read-only (an identical build is reused), the rest of the harness's state hidden
-            policy = sandbox.policy(self.ctx.cfg.to_dict(), self.ctx.device, scratch=where / "scratch",
-                                    hidden=[h for h in self.ctx.hidden() if h != self.ctx.cache_dir],
-                                    readable=[self.pair.solution.path, self.pair.problem.path])
+        if self.ctx.plan["mode"] != "off":  # its scratch inside its work folder; the harness's state hidden
+            policy = sandbox.policy(self.ctx.plan, self.ctx.device, scratch=where / "scratch",
+                                    hidden=self.ctx.hidden(), readable=[self.pair.solution.path, self.pair.problem.path])
         outcome = run_module("harness.worker", request(self.ctx, self.pair, "build"), where,
                              limit_s=t.run_s, phase_limits={"build": t.build_s},
                              env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""}, policy=policy)
         self.build_s = outcome.wall_s
-        self.build = build_info(outcome)
         self.sandbox = {k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")}
-        if policy:
-            publish(self.build["extensions"], where / "scratch" / "builds", self.ctx.cache_dir)
-        self.extensions = self.build["extensions"]
+        if self.sandbox and self.ctx.plan.get("lacks"):
+            self.sandbox["without"] = list(self.ctx.plan["lacks"])
         failed = failure(outcome, limit_hint(outcome))
+        notes = []
         if failed and self.ctx.device == "cuda" and failed[0] in (Status.LOAD_ERROR, Status.CRASHED):
-            self.build["log"] += (f"\n[build step] with the GPU hidden the import failed ({failed[1]}); the solution "
-                                  f"is imported, and built where needed, by its worker with its GPU visible\n")
+            notes.append(f"[build step] with the GPU hidden the import failed ({failed[1]}); the solution is "
+                         f"imported, and built where needed, by its worker with its GPU visible")
             failed = None
+        deferred = outcome.last("deferred")
+        if deferred:
+            notes.append(f"[build step] {deferred['message']}; the solution is imported, with its libraries, by "
+                         f"its worker")
+        compiled: list[Compiled] = []
+        if failed is None:
+            compiler = self.ctx.compiler()
+            for index, event in enumerate(outcome.all("recipe")):
+                done = self.ctx.compiles.get(compiler, event["recipe"], lambda i=index: self.work_dir / f"compile{i}")
+                compiled.append(done)
+                self.build_s += float(done.ext.get("seconds") or 0.0)
+                if done.failed:
+                    failed = done.failed
+                    break
+        self.build = {"extensions": [c.ext for c in compiled],
+                      "log": "\n".join([*(c.log for c in compiled), *notes]).strip("\n")}
+        self.extensions = self.build["extensions"]
         if failed is None or failed[0] is Status.SKIPPED:
             write_manifest(self.ctx.cache_dir, self.pair.solution, self.ctx.torch_version, self.ctx.arch,
                            self.ctx.device, self.build, skipped=failed[1] if failed else None)
@@ -196,33 +199,6 @@ class PairRun:
                 "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
                 "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
                 "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
-
-
-def publish(extensions: list[dict[str, Any]], built: Path, home: Path) -> None:
-    """Copy what a sandboxed build step built (in `built`, its scratch) into the build cache `home`,
-    where a folder of that name (its build key: a hash of the sources, flags, torch and arch) is
-    not there yet; each extension's `dir` then names the cache's folder. A folder the step names
-    outside `built` is not taken (its events are its own words)."""
-    built = built.resolve()
-    for ext in extensions:
-        source = Path(ext.get("dir") or "")
-        if not ext.get("ok"):
-            continue
-        if source.resolve().parent == home.resolve():  # found in the cache, as it was
-            continue
-        if not source.is_dir() or source.resolve().parent != built:
-            ext["dir"] = None
-            continue
-        target = home / source.name
-        if not target.exists():
-            home.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{source.name}.", dir=home))
-            shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
-            try:
-                os.rename(staging, target)
-            except OSError:  # an identical build landed first
-                shutil.rmtree(staging, ignore_errors=True)
-        ext["dir"] = str(target)
 
 
 def assemble(job: dict[str, Any], status: Status, message: str, detail: str = "", phase: str = "", *,

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from . import sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
-from .isolation import child_env, command, popen, reap_strays, start_dir
+from .isolation import child_command, popen, reap_strays
 
 
 @dataclass
@@ -44,12 +44,14 @@ class Spare:
 
 class WorkerPool:
     def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, sandboxed: dict | None = None):
-        """`sandboxed`: the sandbox of every worker (sandbox.policy's arguments but the scratch:
-        {"cfg": {"sandbox", "limits"}, "device", "hidden"}); None: no sandbox."""
+        """`sandboxed`: the sandbox of every worker (sandbox.template with the lane's device:
+        {"plan", "device", "hidden"}); None: no sandbox. `leave_out`: the parts of it the lane's
+        probe found CUDA cannot work with (sandbox.policy)."""
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env)
-        self.sandboxed = sandboxed if sandboxed and sandboxed["cfg"]["sandbox"] != "off" else None
+        self.sandboxed = sandboxed if sandboxed and sandboxed["plan"]["mode"] != "off" else None
+        self.leave_out: tuple[str, ...] = ()
         self.size = self.base_size = size   # spares kept ready (0 once no more pairs are expected)
         self.spares: list[Spare] = []
         self.count = 0
@@ -61,15 +63,15 @@ class WorkerPool:
         channel, theirs = Channel.pair()
         log_path = self.work_dir / f"worker-{self.count}.log"
         policy = None
-        if self.sandboxed:
+        if self.sandboxed and "sandbox" not in self.leave_out:
             s = self.sandboxed
-            policy = sandbox.policy(s["cfg"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
-                                    hidden=[*s["hidden"], self.work_dir])
+            policy = sandbox.policy(s["plan"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
+                                    hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
+        argv, env, cwd, extra = child_command("harness.worker", ["--serve", str(theirs.fileno())], policy,
+                                              {**self.env, **(extra_env or {})})
         with open(log_path, "wb") as log:
-            proc = popen(command("harness.worker", ["--serve", str(theirs.fileno())], policy), cwd=start_dir(policy),
-                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         env=child_env({**self.env, **(extra_env or {})}, policy), start_new_session=True,
-                         pass_fds=(theirs.fileno(),))
+            proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                         start_new_session=True, pass_fds=(theirs.fileno(),), **extra)
         theirs.close()
         spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None)
         if self.frozen:
@@ -125,6 +127,12 @@ class WorkerPool:
         for spare in self.spares:
             kill(spare)
         self.spares = []
+
+    def restart(self, leave_out: tuple[str, ...]) -> None:
+        """Every spare replaced by one whose sandbox leaves out these parts (sandbox.policy; "sandbox": all of it)."""
+        self.close()
+        self.leave_out = tuple(leave_out)
+        self.fill()
 
 
 def retire(spare: Spare) -> int:

@@ -92,12 +92,12 @@ def _describe(result: EvalResult) -> str:
     return "  ".join(parts)
 
 
-def open_lanes(cfg: Config):
-    """This host's lanes, or a Ray cluster's (`cluster: ray`)."""
+def open_lanes(cfg: Config, plan: sandbox.Plan):
+    """This host's lanes, or a Ray cluster's (`cluster: ray`); their workers sandboxed as `plan` says."""
     if cfg.cluster == "ray":
         from .cluster import RayLanes
-        return RayLanes(cfg)
-    return Lanes(cfg)
+        return RayLanes(cfg, plan)
+    return Lanes(cfg, plan)
 
 
 class CheckoutChanged(RuntimeError):
@@ -149,7 +149,9 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)
-    lanes = lanes or open_lanes(cfg)
+    # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
+    plan = sandbox.prepare(cfg, sorted({p.solution.path.parent for p in pairs} | {p.problem.path for p in pairs}))
+    lanes = lanes or open_lanes(cfg, plan)
     try:
         first = lanes.first
         try:
@@ -158,7 +160,8 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
             raise RuntimeError(f"the evaluation lane could not start: {exc}\n{exc.detail}") from None
         if cfg.device == "cuda" and not info["has_cuda"]:
             raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
-        sandbox.check_mode(cfg.sandbox, info["device"], out)  # `required` on a host that lacks it: SandboxError
+        # what the lane's first sandboxed worker could not keep (harness/lane.py check_sandbox)
+        sandbox.check_mode(plan, info.get("sandbox", {}).get("left_out", []), out)
         count = lanes.capacity(info)
         wanted = cfg.gpus or count
         if info["device"] != "cuda" and cfg.gpus > count:
@@ -172,13 +175,13 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         first.validate(pairs, extra, cfg.source)
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
-            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra)
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan)
     finally:
         lanes.close()
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
-         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list]) -> list[EvalResult]:
+         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
     store = Store(cfg.results_dir, run_id)
@@ -205,7 +208,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
                      work_root=fleet.work / "pairs", secret=secret,
                      build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
-                     torch_version=info["torch"], env=base_env, extra_shapes=extra)
+                     torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
     lock = threading.Lock()
     manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device,
@@ -284,6 +287,14 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             except LaneDied as exc:
                 out(f"warning: {exc}; the other lanes go on")
                 return
+            left_out = lane.info.get("sandbox", {}).get("left_out", [])
+            if left_out != info.get("sandbox", {}).get("left_out", []):
+                if cfg.sandbox == "required":
+                    progress.line(f"warning: lane {lane.index}: sandbox: required, and {'; '.join(left_out)}; "
+                                  f"the other lanes go on")
+                    lane.stop()
+                    return
+                progress.line(f"warning: lane {lane.index}: sandbox: auto; running without {'; '.join(left_out)}")
         while True:
             run = schedule.take(last)
             if run is None:

@@ -1,79 +1,63 @@
 """The sandbox around every process that runs solution code: the build step (a solution's module
-runs load_inline at import) and the evaluation worker (harness/worker.py), local and on Ray.
+runs load_inline at import), the compile step (the compiler, run on a solution's sources and flags)
+and the evaluation worker (harness/worker.py), local and on Ray.
 
 Inside, a solution sees the system and the checkout read-only; it writes only to its own scratch
-folder (its working directory and TMPDIR; a build step also to its private build folder, which
-the runner moves into the build cache once the step has ended); it cannot read or write the
-results, the build cache (a worker gets copies of its own libraries in its scratch), other pairs'
-scratch or the harness's state. It cannot signal, trace or read the memory of any process outside
-its own sandbox, has no network, and runs under resource limits. Everything it starts is killed
-after its pair: the lane and the runner are child subreapers, so orphans (a double fork, setsid)
-come back to them (reap_strays).
+folder (its working directory, TMPDIR and HOME); it cannot read or write the results, the build
+cache (a worker gets copies of its own libraries in its scratch), other pairs' scratch or the
+harness's state. It cannot signal, trace or read the memory of any process outside its own
+sandbox, has no network, does not run as root, and runs under resource limits. Everything it
+starts is killed after its pair: the lane and the runner are child subreapers, so orphans (a
+double fork, setsid) come back to them (reap_strays).
 
-Mechanisms, chosen because they are the kernel's own and need no privilege (docs/evaluation.md, Sandbox):
-  - Landlock (ABI 1+ files, 4+ TCP bind/connect, 6+ signal and abstract-socket scoping), applied
-    by the process itself before it imports anything of the solution's (`enter`, called by
-    harness/jail.py before torch is imported: Landlock binds the calling thread and the threads
-    it starts later, so it must come while the process has one thread);
-  - user and network namespaces by util-linux's `unshare` in front of the command (no network,
-    loopback included; no capability on the host, which also makes the process limit hold for
-    root); CPU runs only until CUDA IPC is verified across them (`namespaces_on_cuda`);
-  - setrlimit for processes, open files, file size and (CPU runs) address space;
+This module is the parent's side: what the host offers (`probe`), the run's plan (`prepare`,
+`check_mode`), each process's policy (`policy`, `template`) and how it is started (`launch`).
+The child's side, applied by the process itself before anything of the solution's runs, is
+harness/jail.py. The mechanisms (docs/evaluation.md, Sandbox), each the kernel's own:
+  - an unprivileged identity: a harness running as root starts each sandboxed process as a uid
+    and gid of its own (UID_BASE + n: no capabilities, no supplementary groups), so that what
+    only root may do (write /proc/sys or /proc/sysrq-trigger, lower an oom_score_adj, write
+    root's files) is refused whatever else allows it, and RLIMIT_NPROC binds (it never binds
+    root; one uid per process, so that one process's children never count against another's);
+  - a network namespace of its own (no network, loopback down), by util-linux's `unshare`: root
+    makes it before it drops to the identity (`--net --setgid --setuid`); a harness that is not
+    root makes a user namespace for it (`--user --map-current-user --net`);
+  - Landlock (ABI 1+ files, 4+ TCP bind/connect, 6+ signal and abstract-socket scoping); on CUDA
+    runs writes beneath the process's own /proc/<pid>/task, where CUDA names its threads;
+  - setrlimit for processes, open files, file size, core files and (CPU runs) address space;
   - PR_SET_CHILD_SUBREAPER in the lane and the runner.
 `sandbox: auto` uses what the host offers and warns once about the rest; `required` refuses to
-run without all of it; `off` runs solution code as before (debugging).
+run without all of it; `off` runs solution code as before (debugging). On CUDA runs the lane
+starts one sandboxed worker the way a pair does before its first pair (harness/lane.py
+check_sandbox): what CUDA cannot work with is found there, once, not pair by pair.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import functools
+import importlib.util
+import itertools
 import os
-import resource
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import REPO_ROOT
+
 MODES = ("auto", "required", "off")
-
-# Landlock's user-space API (include/uapi/linux/landlock.h)
-_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
-_CREATE_VERSION = 1
-_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
-FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
-FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14          # ABI 2, ABI 3
-NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1    # ABI 4
-SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
-_PR_SET_NO_NEW_PRIVS, _PR_SET_CHILD_SUBREAPER = 38, 36
-
-READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE   # what a rule on a file may hold
-
-
-def _fs_rights(abi: int) -> int:
-    rights = (1 << 13) - 1
-    if abi >= 2:
-        rights |= FS_REFER
-    if abi >= 3:
-        rights |= FS_TRUNCATE
-    return rights
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+UID_BASE, UID_SPAN = 0x6B000000, 1 << 24      # the sandboxed processes' uids (and gids): UID_BASE + n
+_SYS_LANDLOCK_CREATE_RULESET, _LANDLOCK_CREATE_RULESET_VERSION = 444, 1
+_PR_SET_CHILD_SUBREAPER = 36
+PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 
 
 class SandboxError(RuntimeError):
@@ -90,134 +74,188 @@ def landlock_abi() -> int:
     if sys.platform != "linux":
         return 0
     try:
-        version = _libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_VERSION))
+        version = _libc().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                                  ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
     except (OSError, AttributeError):
         return 0
     return max(0, int(version))
 
 
-def unshare_command() -> list[str] | None:
-    """util-linux's `unshare` with new user and network namespaces (the caller's uid mapped to
-    itself), where this host allows them; None where it does not."""
-    tool = shutil.which("unshare")
-    if tool is None or sys.platform != "linux":
-        return None
-    for mapping in ("--map-current-user", "--map-root-user"):
-        command = [tool, "--user", mapping, "--net", "--"]
-        try:
-            ok = subprocess.run([*command, sys.executable, "-S", "-c", "pass"], capture_output=True,
-                                timeout=20).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        if ok:
-            return command
-    return None
+def _runs(command: list[str]) -> bool:
+    try:
+        return subprocess.run([*command, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True,
+                              timeout=20, cwd="/").returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 @dataclass(frozen=True)
 class Host:
     """What this host offers a sandbox (probed once per process)."""
     landlock: int                       # ABI version, 0 = none
-    unshare: tuple[str, ...] | None     # the namespaces' command prefix, None = not allowed here
+    unshare: str | None = None          # util-linux's unshare
+    netns: bool = False                 # a network namespace can be made for a sandboxed process
+    root: bool = False                  # this process runs as the host's root
 
-    def missing(self, device: str) -> list[str]:
-        """What a full sandbox needs and this host (or this device's runs) lacks, in words."""
+    def lacks(self) -> list[str]:
+        """What a full sandbox needs and this host lacks, in words (the identity: Plan)."""
         lacks = []
         if self.landlock < 1:
             lacks.append("Landlock (files: the solution could write the checkout and read the results)")
         elif self.landlock < 6:
             lacks.append(f"Landlock ABI 6 (this kernel has {self.landlock}: "
                          + ("no TCP rules, " if self.landlock < 4 else "") + "no signal scoping)")
-        if not self.unshare:
-            lacks.append("user and network namespaces (network reachable; the process limit does not bind root)")
-        elif device == "cuda" and not namespaces_on_cuda():
-            lacks.append("user and network namespaces on CUDA runs (not yet verified with CUDA IPC: UDP and "
-                         "unix sockets stay reachable; the process limit does not bind root)")
+        if not self.netns:
+            lacks.append("a network namespace (" + ("util-linux's unshare is not installed" if not self.unshare
+                                                    else "this host refuses one") + ": the network stays reachable)")
         if sys.platform != "linux":
             lacks.append("Linux (no subreaper, no rlimits)")
         return lacks
 
 
-def namespaces_on_cuda() -> bool:
-    """Whether CUDA workers run in their own user and network namespaces: off until the lane's
-    CUDA IPC from such a worker is verified on a GPU machine (KB_SANDBOX_NAMESPACES_ON_CUDA=1 to try)."""
-    return os.environ.get("KB_SANDBOX_NAMESPACES_ON_CUDA") == "1"
-
-
 @functools.lru_cache(maxsize=None)
 def probe() -> Host:
-    command = unshare_command()
-    return Host(landlock=landlock_abi(), unshare=tuple(command) if command else None)
+    tool = shutil.which("unshare") if sys.platform == "linux" else None
+    root = sys.platform == "linux" and os.geteuid() == 0
+    netns = bool(tool) and _runs([tool, "--net", "--"] if root else [tool, "--user", "--map-current-user", "--net", "--"])
+    return Host(landlock=landlock_abi(), unshare=tool, netns=netns, root=root)
 
 
-def check_mode(mode: str, device: str, warn) -> Host | None:
-    """At run start: None for `off`; for `required` a SandboxError naming what is missing; for
-    `auto` one warning line naming it."""
-    if mode == "off":
+# ----------------------------------------------------------------------------------------------
+# The run's plan: its mode, its limits, and who its sandboxed processes run as
+
+_NEXT_UID = itertools.count(secrets.randbelow(UID_SPAN))
+_UID_LOCK = threading.Lock()
+
+
+def next_uid() -> int:
+    """A uid (and gid) for one sandboxed process: UID_BASE + n, n from a random start, counting up."""
+    with _UID_LOCK:
+        return UID_BASE + next(_NEXT_UID) % UID_SPAN
+
+
+def needed_paths(extra: Iterable[Path | str] = ()) -> list[str]:
+    """What a sandboxed process must read: the interpreter's library, torch, the checkout, `extra`."""
+    paths = [sys.executable, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], str(REPO_ROOT)]
+    spec = importlib.util.find_spec("torch")
+    if spec and spec.origin:
+        paths.append(str(Path(spec.origin).parent))
+    return list(dict.fromkeys([*paths, *(str(p) for p in extra)]))
+
+
+_READ_CHECK = ("import os, sys\n"
+               "print('\\n'.join(p for p in sys.argv[1:] if not os.access(p, os.R_OK | (os.X_OK if os.path.isdir(p) else 0))))")
+
+
+def can_run_as(uid: int, gid: int, paths: Iterable[str]) -> str:
+    """'' when `uid` can run this interpreter and read `paths`; else what stands in the way."""
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", "-c", _READ_CHECK, *paths], user=uid, group=gid,
+                              extra_groups=[], capture_output=True, text=True, timeout=30, cwd="/")
+    except OSError as exc:
+        return f"uid {uid} cannot run {sys.executable} ({exc.strerror}: a folder on its way is closed to others)"
+    except subprocess.SubprocessError as exc:
+        return f"uid {uid} could not be tried ({exc})"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"uid {uid} cannot run {sys.executable} ({last})"
+    bad = [line for line in proc.stdout.splitlines() if line]
+    if bad:
+        return (f"uid {uid} cannot read {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                + ": a folder on its way is closed to others")
+    return ""
+
+
+def parse_user(spec: str) -> tuple[int, int] | None:
+    """limits.user's 'UID' or 'UID:GID' as numbers; None for 'auto' and 'same'."""
+    if spec in ("auto", "same"):
         return None
+    uid, _, gid = spec.partition(":")
+    return int(uid), int(gid or uid)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run's sandboxed processes get, decided once at its start (plain data for policies).
+    identity: "per-process" (a uid of its own each), "UID:GID" (one for all), or "same" (the
+    harness's own: it is not root, or the identity could not be had: `lacks` says why)."""
+    mode: str
+    limits: dict[str, Any]
+    identity: str = "same"
+    lacks: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "limits": dict(self.limits), "identity": self.identity, "lacks": list(self.lacks)}
+
+
+def prepare(cfg: Any, extra: Iterable[Path | str] = ()) -> Plan:
+    """The run's plan from its Config: where the harness runs as root, whether an unprivileged
+    identity can run this interpreter and read what a pair needs (`extra`: the pairs' files).
+    `required` on a host that lacks a part: SandboxError, before anything is started."""
+    limits = dict(vars(cfg.limits))
+    if cfg.sandbox == "off":
+        return Plan("off", limits)
     host = probe()
-    lacks = host.missing(device)
-    if lacks and mode == "required":
+    lacks = host.lacks()
+    spec = limits.get("user", "auto")
+    identity = "same"
+    if host.root and spec != "same":
+        fixed = parse_user(spec)
+        uid, gid = fixed or (next_uid(),) * 2
+        problem = can_run_as(uid, gid, needed_paths(extra))
+        if problem:
+            lacks.append(f"an unprivileged identity ({problem}; sandboxed processes run as root, where "
+                         f"limits.processes binds only through a pids cgroup; set limits.user: same to accept it)")
+        else:
+            identity = spec if fixed else "per-process"
+    elif host.root:
+        lacks.append("an unprivileged identity (limits.user: same, and this harness runs as root)")
+    if lacks and cfg.sandbox == "required":
         raise SandboxError("sandbox: required, and this host lacks " + "; ".join(lacks))
+    return Plan(cfg.sandbox, limits, identity, tuple(lacks))
+
+
+def check_mode(plan: Plan, left_out: Iterable[str], warn) -> None:
+    """At run start, once the lane has tried the sandbox (`left_out`: what its probe could not
+    keep, in words): `required` with anything left out is a SandboxError; `auto` warns in one line
+    naming what it runs without."""
+    if plan.mode == "off":
+        return
+    lacks = [*plan.lacks, *left_out]
+    if left_out and plan.mode == "required":
+        raise SandboxError("sandbox: required, and " + "; ".join(left_out))
     if lacks:
-        warn("warning: sandbox: auto; this host lacks " + "; ".join(lacks))
-    return host
+        warn("warning: sandbox: auto; running without " + "; ".join(lacks))
 
 
-def policy(cfg: dict[str, Any], device: str, *, scratch: Path, hidden: Iterable[Path | str],
-           readable: Iterable[Path | str] = (), writable: Iterable[Path | str] = ()) -> dict[str, Any]:
-    """What one sandboxed process may do (plain data: it crosses to the child in its request).
-    `hidden` folders are neither read nor written (the results, the harness's work folders, the
-    build cache); `readable` files or folders inside them are read (the solution's own files);
-    `scratch` and `writable` are read and written."""
-    return {"mode": cfg["sandbox"], "device": device, "scratch": str(scratch), "limits": dict(cfg["limits"]),
+def policy(plan: dict[str, Any], device: str, *, scratch: Path, hidden: Iterable[Path | str],
+           readable: Iterable[Path | str] = (), writable: Iterable[Path | str] = (),
+           leave_out: Iterable[str] = ()) -> dict[str, Any]:
+    """What one sandboxed process may do and who it runs as (plain data: it crosses to the child
+    in its environment). `plan`: Plan.to_dict(). `hidden` folders are neither read nor written (the
+    results, the harness's work folders, the build cache); `readable` files or folders inside them
+    are read (the solution's own files); `scratch` and `writable` are read and written.
+    `leave_out`: parts a lane's probe found CUDA cannot work with ("identity", "landlock")."""
+    left = set(leave_out)
+    identity = "same" if "identity" in left else plan.get("identity", "same")
+    uid = gid = None
+    if identity == "per-process":
+        uid = gid = next_uid()
+    elif identity != "same":
+        uid, gid = parse_user(identity)
+    return {"mode": plan["mode"], "device": device, "scratch": str(scratch), "limits": dict(plan["limits"]),
+            "uid": uid, "gid": gid, "landlock": "landlock" not in left,
             "hidden": sorted({str(Path(p).resolve()) for p in hidden}),
             "readable": sorted({str(Path(p).resolve()) for p in readable}),
             "writable": sorted({str(Path(p).resolve()) for p in writable})}
 
 
-def template(cfg: Any, hidden: Iterable[Path | str]) -> dict[str, Any] | None:
-    """A lane's workers' sandbox but for each one's scratch and device (harness/pool.py, lane.py):
-    plain data from the run's Config. None when the run's sandbox is off."""
-    if cfg.sandbox == "off":
-        return None
-    return {"cfg": {"sandbox": cfg.sandbox, "limits": dict(vars(cfg.limits))},
-            "hidden": [str(Path(p).resolve()) for p in hidden]}
-
-
-def command_prefix(pol: dict[str, Any] | None) -> list[str]:
-    """Put in front of the child's command: the namespaces, where the host and the run allow them."""
-    if not pol or pol["mode"] == "off" or pol["limits"].get("network"):
-        return []
-    host = probe()
-    if host.unshare and (pol["device"] != "cuda" or namespaces_on_cuda()):
-        return list(host.unshare)
-    return []
-
-
-def child_env(pol: dict[str, Any] | None) -> dict[str, str]:
-    """The child's scratch as its temporary folder and its caches' home."""
-    if not pol or pol["mode"] == "off":
-        return {}
-    scratch = pol["scratch"]
-    return {"TMPDIR": scratch, "TEMP": scratch, "TMP": scratch, "XDG_CACHE_HOME": f"{scratch}/.cache",
-            "TRITON_CACHE_DIR": f"{scratch}/.triton", "CUDA_CACHE_PATH": f"{scratch}/.nv", "KB_SANDBOX": "1"}
-
-
-# ----------------------------------------------------------------------------------------------
-# Inside the child
-
-def _open_path(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def _readable_cover(hidden: list[str]) -> tuple[list[str], list[str]]:
+def readable_cover(hidden: list[str]) -> tuple[list[str], list[str]]:
     """(folders and files read in full, folders on the way to a hidden one): everything under /
-    except the hidden folders. A folder on the way is listed (READ_DIR, which Landlock grants to
-    the whole tree below it: file names there are visible, contents are not)."""
+    except the hidden folders, the child's Landlock rules (harness/jail.py). A folder on the way
+    is listed (READ_DIR, which Landlock grants to the whole tree below it: file names there are
+    visible, contents are not). Made by the parent, which can list folders the child's identity
+    may only pass through (a root 0711 home holding the build cache)."""
     hidden_set = {h.rstrip("/") or "/" for h in hidden}
     full, partial = [], []
 
@@ -247,113 +285,88 @@ def _readable_cover(hidden: list[str]) -> tuple[list[str], list[str]]:
     return full, partial
 
 
-def _landlock(pol: dict[str, Any], abi: int) -> list[str]:
-    lib = _libc()
-    fs_all = _fs_rights(abi)
-    attr = _RulesetAttr(fs_all, (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 and not pol["limits"].get("network") else 0,
-                        (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
-    fd = lib.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
-    write = fs_all & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)
+def template(plan: Plan, hidden: Iterable[Path | str]) -> dict[str, Any] | None:
+    """A lane's workers' sandbox but for each one's scratch and device (harness/pool.py, lane.py):
+    plain data. None when the run's sandbox is off."""
+    if plan.mode == "off":
+        return None
+    return {"plan": plan.to_dict(), "hidden": [str(Path(p).resolve()) for p in hidden]}
 
-    def allow(path: str, rights: int) -> None:
-        target = _open_path(path)
-        if target is None:
-            return
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start a sandboxed child: a prefix to its command, its environment, Popen's extras."""
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    popen: dict[str, Any] = field(default_factory=dict)
+
+
+def launch(pol: dict[str, Any] | None) -> Launch:
+    """The child's start: its network namespace and identity (`unshare`, or Popen's user/group
+    where unshare is missing), its scratch made and given to it, the policy in its environment
+    (harness/jail.py reads it) with what the start itself applied."""
+    import json
+    if not pol or pol["mode"] == "off":
+        return Launch()
+    host = probe()
+    net = host.netns and not pol["limits"].get("network")
+    uid, gid = pol.get("uid"), pol.get("gid")
+    prefix, extra, applied = [], {}, []
+    if uid is not None and host.unshare:
+        prefix = [host.unshare, *(["--net"] if net else []), "--setgid", str(gid), "--setuid", str(uid), "--"]
+    elif uid is not None:
+        extra = {"user": uid, "group": gid, "extra_groups": []}
+    elif net:
+        prefix = [host.unshare, "--user", "--map-current-user", "--net", "--"]
+    if net:
+        applied.append("network namespace")
+    scratch = Path(pol["scratch"])
+    scratch.mkdir(parents=True, exist_ok=True)
+    if uid is not None:
+        os.chown(scratch, uid, gid)
+        os.chmod(scratch, 0o700)
+        _open_the_way(scratch)
+    env = {"TMPDIR": str(scratch), "TEMP": str(scratch), "TMP": str(scratch), "HOME": str(scratch),
+           "XDG_CACHE_HOME": f"{scratch}/.cache", "TRITON_CACHE_DIR": f"{scratch}/.triton",
+           "CUDA_CACHE_PATH": f"{scratch}/.nv", "KB_SANDBOX": "1",
+           "KB_SANDBOX_POLICY": json.dumps({**pol, "applied": applied, "cover": readable_cover(pol["hidden"])})}
+    if uid is not None:  # getpass and friends ask the environment before the password file
+        env.update(USER="kb-sandbox", LOGNAME="kb-sandbox")
+    return Launch(prefix, env, extra)
+
+
+def _open_the_way(path: Path) -> None:
+    """The folders from a harness work folder (work_folder: named kb-*) down to a scratch let
+    others pass (not list), whatever the umask made them; nothing above that folder is touched."""
+    chain = list(path.parents)
+    top = next((i for i, folder in enumerate(chain) if folder.name.startswith("kb-")), None)
+    for folder in chain[:top + 1] if top is not None else []:
         try:
-            if not os.path.isdir(path):
-                rights &= FILE_RIGHTS
-            rule = _PathBeneath(rights & fs_all, target)
-            if lib.syscall(_SYS_ADD_RULE, fd, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"landlock_add_rule({path}): {os.strerror(err)}")
-        finally:
-            os.close(target)
-
-    try:
-        full, partial = _readable_cover(pol["hidden"])
-        for path in full:
-            allow(path, READ)
-        for path in partial:
-            allow(path, FS_READ_DIR)
-        for path in pol["readable"]:
-            allow(path, READ)
-        for path in [pol["scratch"], *pol["writable"]]:
-            allow(path, write)
-        for device in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"):
-            allow(device, FS_READ_FILE | FS_WRITE_FILE)
-        if pol["device"] == "cuda":
-            for name in os.listdir("/dev"):
-                if name.startswith("nvidia"):
-                    allow(f"/dev/{name}", FS_READ_FILE | FS_WRITE_FILE | FS_READ_DIR)
-        lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if lib.syscall(_SYS_RESTRICT, fd, ctypes.c_uint32(0)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"landlock_restrict_self: {os.strerror(err)}")
-    finally:
-        os.close(fd)
-    active = [f"landlock-fs (ABI {abi})"]
-    if attr.handled_access_net:
-        active.append("landlock-tcp")
-    if attr.scoped:
-        active.append("landlock-scope (signals, abstract sockets)")
-    return active
+            info = folder.stat()
+            if info.st_uid == os.geteuid() and not info.st_mode & 0o001:
+                os.chmod(folder, (info.st_mode & 0o7777) | 0o001)
+        except OSError:
+            continue
 
 
-def _in_user_namespace() -> bool:
-    try:
-        return Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
-    except OSError:
-        return False
+def work_folder(prefix: str) -> Path:
+    """A temporary work folder of the harness's (lanes, pairs, scratch below): closed to listing,
+    open to passing, so that a sandboxed process of another uid reaches its own scratch inside."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(folder, 0o711)
+    return folder
 
 
-def _limits(pol: dict[str, Any]) -> tuple[list[str], list[str]]:
-    limits = pol["limits"]
-    notes, active = [], []
-
-    def cap(kind: int, value: int) -> None:
-        _, hard = resource.getrlimit(kind)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(kind, (value, value))
-
-    cap(resource.RLIMIT_NOFILE, int(limits["open_files"]))
-    cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) << 20)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) and says so
-    active.append("rlimits")
-    if os.getuid() != 0 and not _in_user_namespace():  # the limit counts every process of this user
-        mine = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
-        cap(resource.RLIMIT_NPROC, mine + int(limits["processes"]))
-    else:
-        cap(resource.RLIMIT_NPROC, int(limits["processes"]))
-    if _kuid_is_root():  # RLIMIT_NPROC never binds the host's root, in a user namespace or not
-        where = _join_pids_cgroup(int(limits["processes"]))
-        if where:
-            active.append("pids cgroup")
-        else:
-            notes.append("limits.processes does not bind root here (no writable pids cgroup)")
-    if pol["device"] != "cuda":
-        cap(resource.RLIMIT_AS, memory_bytes(limits))
-    return active, notes
+def process_limit_binds(plan: Plan | None = None) -> bool:
+    """Whether limits.processes can hold here: RLIMIT_NPROC for a user other than root (the
+    harness's own, or the plan's unprivileged identity), a pids cgroup (writable) for root."""
+    if os.getuid() != 0 or (plan is not None and plan.identity != "same"):
+        return True
+    return any(os.access(base, os.W_OK) for base in pids_hierarchies())
 
 
-PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")
-
-
-def _kuid_is_root() -> bool:
-    """Whether this process is the host's root (uid 0 outside any user namespace it is in)."""
-    try:
-        for line in Path("/proc/self/uid_map").read_text().splitlines():
-            inside, outside, count = (int(v) for v in line.split())
-            if inside <= os.getuid() < inside + count:
-                return outside + os.getuid() - inside == 0
-    except (OSError, ValueError):
-        pass
-    return os.getuid() == 0
-
-
-def _pids_hierarchies() -> list[Path]:
+def pids_hierarchies() -> list[Path]:
     """Cgroup folders whose children can limit tasks: cgroup v1's pids hierarchy, or v2's root
     where the pids controller is enabled for its children."""
     found = []
@@ -365,27 +378,6 @@ def _pids_hierarchies() -> list[Path]:
             continue
         found.append(base)
     return found
-
-
-def _join_pids_cgroup(limit: int) -> str | None:
-    """Move this process into a pids cgroup of its own, at most `limit` tasks; its path, None
-    where none is writable."""
-    for base in _pids_hierarchies():
-        mine = base / "kb-sandbox" / str(os.getpid())
-        try:
-            mine.mkdir(parents=True, exist_ok=True)
-            (mine / "pids.max").write_text(str(limit))
-            (mine / "cgroup.procs").write_text(str(os.getpid()))
-            return str(mine)
-        except OSError:
-            continue
-    return None
-
-
-def process_limit_binds() -> bool:
-    """Whether limits.processes can hold here: RLIMIT_NPROC for a user other than root, a pids
-    cgroup (writable by this process) for root."""
-    return os.getuid() != 0 or any(os.access(base, os.W_OK) for base in _pids_hierarchies())
 
 
 def release_cgroup(pid: int) -> None:
@@ -412,52 +404,6 @@ def release_cgroup(pid: int) -> None:
             mine.rmdir()
         except OSError:
             pass
-
-
-def _owner(proc: Path) -> int:
-    try:
-        return proc.stat().st_uid
-    except OSError:
-        return -1
-
-
-def memory_bytes(limits: dict[str, Any]) -> int:
-    if limits.get("memory_gb"):
-        return int(float(limits["memory_gb"]) * (1 << 30))
-    return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-def enter(pol: dict[str, Any] | None) -> dict[str, Any]:
-    """Apply the policy to this process (one thread; before anything of the solution's runs).
-    Returns what is active, for the result."""
-    if not pol or pol["mode"] == "off":
-        return {"mode": "off", "active": []}
-    if not isinstance(pol.get("limits"), dict) or pol["mode"] not in MODES:
-        raise SandboxError(f"a malformed sandbox policy: {pol!r}")
-    scratch = Path(pol["scratch"])
-    scratch.mkdir(parents=True, exist_ok=True)
-    os.chdir(scratch)
-    active, notes = [], []
-    if _in_user_namespace():
-        active.append("user+network namespaces")
-    if sys.platform == "linux":
-        try:
-            more, notes = _limits(pol)
-            active += more
-        except (OSError, ValueError) as exc:
-            notes.append(f"rlimits: {exc}")
-    abi = landlock_abi()
-    threads = len(os.listdir("/proc/self/task")) if sys.platform == "linux" else 1
-    if abi >= 1:
-        if threads > 1:
-            notes.append(f"Landlock applied with {threads} threads running (the others are not bound)")
-        try:
-            active += _landlock(pol, abi)
-        except OSError as exc:
-            if pol["mode"] == "required":
-                raise SandboxError(f"sandbox: required, and Landlock failed: {exc}") from None
-            notes.append(f"Landlock failed: {exc}")
-    return {"mode": pol["mode"], "active": active, "notes": notes, "scratch": str(scratch), "limits": pol["limits"]}
 
 
 # ----------------------------------------------------------------------------------------------

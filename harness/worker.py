@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from .blame import for_solution
-from .build import install_hook
+from .build import ExtensionDeferred, install_hook
 from .channel import Channel, ChannelClosed
 from .events import EventWriter
-from .failures import Failure, argument_notes, classify
+from .failures import Failure, argument_notes, classify, exception_chain
 from .guards import aliased_input, poison_free_memory
 from .handoff import export
 from .isolation import die_with_parent
@@ -114,22 +114,31 @@ class Worker:
         return self._load_solution(namespace_of(problem))
 
     def _load_solution(self, names: dict):
-        cache_root, prebuilt, look_in = Path(self.req["cache_dir"]), None, None
-        if self.sandbox["mode"] != "off" and self.req["mode"] != "compile":
-            # the build cache is not written: a build step reuses what it finds there and builds the
-            # rest in its scratch (the runner copies it into the cache); a worker does not see the
-            # cache, imports the copies the lane put in its scratch and builds anything else there
-            cache_root, prebuilt = Path(self.sandbox["scratch"]) / "builds", self.req.get("prebuilt") or {}
-            look_in = Path(self.req["cache_dir"]) if self.req["mode"] == "build" else None
+        # A build step (and compile-only's) compiles nothing: it records each load_inline call for
+        # the runner's compile steps (harness/recipes.py). A worker imports the libraries the lane
+        # staged for it (copies in its scratch; with the sandbox off, the cache's folders) and builds
+        # anything else in a folder of its own, never shared: its scratch, or with the sandbox off
+        # the cache's `unshared` folder.
+        recording = self.req["mode"] in ("build", "compile")
+        cache_root = Path(self.sandbox["scratch"]) / "builds" if self.sandbox["mode"] != "off" \
+            else Path(self.req["cache_dir"]) / "unshared"
         install_hook(cache_root, self.req["arch"], self.device == "cuda", self.on_build,
                      compile_only=self.req["mode"] == "compile", display=_display,
-                     wrap=self.recording if self.req["mode"] == "diagnose" else None, prebuilt=prebuilt,
-                     look_in=look_in)
+                     wrap=self.recording if self.req["mode"] == "diagnose" else None,
+                     prebuilt=self.req.get("prebuilt") or {},
+                     record=(lambda recipe: self.events.emit("recipe", recipe=recipe)) if recording else None)
         self.set_phase("load")
         sys.path.insert(0, str(self.solution_path.parent))
         self.solution_ran = True
-        with torch.no_grad():
-            module = for_solution(load_module, self.solution_path, prefix="kb_solution", names=names)
+        try:
+            with torch.no_grad():
+                module = for_solution(load_module, self.solution_path, prefix="kb_solution", names=names)
+        except BaseException as exc:
+            deferred = next((e for e in exception_chain(exc) if isinstance(e, ExtensionDeferred)), None)
+            if recording and deferred is not None:  # its worker imports it once the recipes are built
+                self.events.emit("deferred", message=str(deferred))
+                return None
+            raise
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
             raise Failure(Status.LOAD_ERROR, f"{self.solution_path}: defines no ModelNew")
@@ -349,7 +358,7 @@ def prime() -> None:
 
 
 def serve(fd: int) -> None:
-    """A spare of a lane's pool: prime, say "ready", then serve one "run"."""
+    """A spare of a lane's pool: prime, say "ready", then serve one "run" (or the lane's "probe")."""
     channel = Channel.from_fd(fd)
     prime()
     channel.send({"event": "ready", "t": time.monotonic(), "pid": os.getpid()})
@@ -359,6 +368,9 @@ def serve(fd: int) -> None:
         request = message["request"]
         os.environ.update(request.get("env", {}))  # before CUDA starts (CUDA_LAUNCH_BLOCKING for a diagnosis)
         Worker(request, ChannelSink(channel)).main()
+    elif message.get("op") == "probe":  # the lane tries the sandbox before its first pair
+        from .sandbox_check import answer
+        answer(ChannelSink(channel), message.get("device", "cpu"))
 
 
 def main(argv: list[str]) -> None:

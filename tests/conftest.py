@@ -25,7 +25,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def build_cache(tmp_path_factory):
+def traversable_tmp(tmp_path_factory):
+    """Where the tests run as root, sandboxed processes run as unprivileged uids of their own
+    (harness/sandbox.py): the folders pytest makes for a test (0700), where its solution files
+    and throwaway repositories live, are open to others (read and pass), as a user's checkout is;
+    the folders above them let others pass."""
+    base = tmp_path_factory.getbasetemp()
+    for folder in (base.parent, base):
+        folder.chmod(folder.stat().st_mode | 0o011)
+    made = tmp_path_factory.mktemp
+
+    def mktemp(*args, **kwargs):
+        path = made(*args, **kwargs)
+        path.chmod(path.stat().st_mode | 0o055)
+        return path
+
+    tmp_path_factory.mktemp = mktemp
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def build_cache(traversable_tmp, tmp_path_factory):
     """One build cache per test session: each C++ fixture compiles once."""
     cache = os.environ.get("KB_TEST_BUILD_CACHE") or str(tmp_path_factory.mktemp("builds"))
     old = os.environ.get("KB_BUILD_CACHE")

@@ -99,9 +99,10 @@ def test_a_cuda_runs_build_step_leaves_an_import_that_fails_without_the_gpu_to_t
     visible and gives the verdict. A compile error stays the build step's."""
     from harness.pipeline import PairRun, RunContext
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
+    import importlib.metadata
     import os
     ctx = RunContext(run_id="r", cfg=cfg, device="cuda", arch="9.0", cache_dir=Path(os.environ["KB_BUILD_CACHE"]),
-                     work_root=tmp_path / "work", torch_version="t")
+                     work_root=tmp_path / "work", torch_version=importlib.metadata.version("torch"))
     run = PairRun(ctx, Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / f"{name}.py")))
     result = run.run_build()
     if deferred:

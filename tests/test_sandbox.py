@@ -21,11 +21,15 @@ from harness.config import load_config, with_overrides
 from harness.errors import BadInput
 
 HOST = sandbox.probe()
-FULL = HOST.landlock >= 6 and HOST.unshare is not None and sandbox.process_limit_binds()
-needs_full = pytest.mark.skipif(not FULL, reason=f"this host lacks part of the sandbox: {HOST.missing('cpu')}")
+PLAN = sandbox.prepare(load_config(None))
+FULL = HOST.landlock >= 6 and HOST.netns and sandbox.process_limit_binds(PLAN)
+needs_full = pytest.mark.skipif(not FULL, reason=f"this host lacks part of the sandbox: {list(PLAN.lacks)}")
 
 ATTACKS = ["sandbox_forger", "sandbox_edit_harness", "sandbox_wipe", "sandbox_peek", "sandbox_kill", "sandbox_connect",
-           "sandbox_fork_bomb", "sandbox_big_file"]
+           "sandbox_fork_bomb", "sandbox_big_file", "sandbox_proc_write"]
+EXPECTED = {"sandbox_forger": "incorrect", "sandbox_edit_harness": "ok", "sandbox_wipe": "ok", "sandbox_peek": "ok",
+            "sandbox_kill": "ok", "sandbox_connect": "ok", "sandbox_fork_bomb": "runtime_error",
+            "sandbox_big_file": "runtime_error", "sandbox_proc_write": "ok"}
 DRIVER = """
 import json, sys
 from harness.config import load_config, with_overrides
@@ -44,7 +48,7 @@ print(json.dumps({"lines": lines, "results": {r.solution["name"]: {"status": r.s
 
 def copy_repository(where: Path) -> Path:
     repo = where / "repo"
-    for name in ("harness", "problems", "configs", "run_eval.py", "tests/fixtures"):
+    for name in ("harness", "problems", "configs", "run_eval.py", "tests/fixtures", "solutions/examples"):
         source = REPO_ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copyfile)(source, repo / name)
     return repo
@@ -68,9 +72,8 @@ def strays(token: str) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
-    where = tmp_path_factory.mktemp("sandbox")
+def attack(where: Path, device: str, processes: int) -> dict:
+    """The red team through the real pipeline (the run's own driver) in a throwaway copy."""
     repo = copy_repository(where)
     results_dir = where / "results"
     before = digest(repo)
@@ -95,7 +98,7 @@ def attacked(tmp_path_factory):
     token = f"kb-sandbox-test-{uuid.uuid4().hex}"
     env = {**os.environ, "PYTHONPATH": str(repo), "KB_TEST_RESULTS": str(results_dir), "KB_TEST_BIG_MB": "32",
            "KB_TEST_PORT": str(listener.getsockname()[1]), "KB_TEST_TOKEN": token}
-    overrides = json.dumps({"limits.processes": 64, "limits.file_size_mb": 16})
+    overrides = json.dumps({"limits.processes": processes, "limits.file_size_mb": 16, "device": device})
     paths = [str(repo / "tests" / "fixtures" / "solutions" / f"{name}.py") for name in ATTACKS]
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(repo / "tests/fixtures/configs/fast.yaml"), str(results_dir),
                            overrides, *paths], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
@@ -108,19 +111,28 @@ def attacked(tmp_path_factory):
     stored = {json.loads(p.read_text())["solution"]["name"]: json.loads(p.read_text())["status"]
               for p in (results_dir / "attacks").glob("*.json") if p.name != "run.json"}
     return {"ran": ran, "results": ran["results"], "stored": stored, "accepted": accepted, "repo": repo,
-            "before": before, "after": digest(repo), "strays": strays(token)}
+            "before": before, "after": digest(repo), "strays": strays(token), "processes": processes}
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    return attack(tmp_path_factory.mktemp("sandbox"), "cpu", 64)
 
 
 @needs_full
 def test_every_attack_ends_as_the_solutions_failure_or_harmless(attacked):
+    check_verdicts(attacked)
+
+
+def check_verdicts(attacked: dict) -> None:
     got = {name: r["status"] for name, r in attacked["results"].items()}
-    assert got == {"sandbox_forger": "incorrect", "sandbox_edit_harness": "ok", "sandbox_wipe": "ok",
-                   "sandbox_peek": "ok", "sandbox_kill": "ok", "sandbox_connect": "ok",
-                   "sandbox_fork_bomb": "runtime_error", "sandbox_big_file": "runtime_error"}, attacked["results"]
-    assert "limits.processes = 64" in attacked["results"]["sandbox_fork_bomb"]["message"]
+    assert got == EXPECTED, attacked["results"]
+    assert f"limits.processes = {attacked['processes']}" in attacked["results"]["sandbox_fork_bomb"]["message"]
     assert "limits.file_size_mb = 16" in attacked["results"]["sandbox_big_file"]["message"]
     for result in attacked["results"].values():
-        assert result["sandbox"]["mode"] == "auto" and "landlock-fs (ABI" in " ".join(result["sandbox"]["active"])
+        active = " ".join(result["sandbox"]["active"])
+        assert result["sandbox"]["mode"] == "auto" and "landlock-fs (ABI" in active, result["sandbox"]
+        assert "network namespace" in active and (os.getuid() != 0 or "unprivileged uid" in active), result["sandbox"]
 
 
 @needs_full
@@ -159,12 +171,15 @@ def test_an_edit_of_the_harness_is_a_harness_error_for_the_run_when_the_sandbox_
 
 def test_required_refuses_a_host_that_lacks_part_of_it(monkeypatch):
     monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Host(landlock=3, unshare=None))
-    with pytest.raises(sandbox.SandboxError, match="Landlock ABI 6 .*user and network namespaces"):
-        sandbox.check_mode("required", "cpu", print)
+    cfg = load_config(None)
+    with pytest.raises(sandbox.SandboxError, match="Landlock ABI 6 .*a network namespace"):
+        sandbox.prepare(with_overrides(cfg, {"sandbox": "required"}))
+    plan = sandbox.prepare(cfg)
     lines = []
-    assert sandbox.check_mode("auto", "cpu", lines.append) is not None
-    assert len(lines) == 1 and lines[0].startswith("warning: sandbox: auto; this host lacks")
-    assert sandbox.check_mode("off", "cpu", lines.append) is None and len(lines) == 1
+    sandbox.check_mode(plan, [], lines.append)
+    assert len(lines) == 1 and lines[0].startswith("warning: sandbox: auto; running without Landlock ABI 6")
+    sandbox.check_mode(sandbox.prepare(with_overrides(cfg, {"sandbox": "off"})), [], lines.append)
+    assert len(lines) == 1
 
 
 def test_the_config_names_a_bad_mode_or_limit():
@@ -180,7 +195,7 @@ def test_everything_but_the_hidden_folders_is_read(tmp_path):
     (tmp_path / "note.txt").write_text("x")
     (tmp_path / "current").symlink_to(tmp_path)              # a way around: pytest's own pytest-current is one
     (tmp_path / "elsewhere").symlink_to(tmp_path / "checkout")
-    full, partial = sandbox._readable_cover([str(tmp_path / "results")])
+    full, partial = sandbox.readable_cover([str(tmp_path / "results")])
     assert str(tmp_path / "current") not in full and str(tmp_path / "elsewhere") in full
     assert str(tmp_path / "checkout") in full and str(tmp_path / "note.txt") in full
     assert str(tmp_path) in partial and "/" in partial                     # listed on the way, not read
@@ -196,3 +211,73 @@ def test_a_limit_is_named_by_its_config_key():
                                                             limits)
     assert sandbox.limit_message(OSError(2, "No such file"), limits) is None
     assert sandbox.limit_message(OSError(27, "File too large"), None) is None
+
+
+@pytest.mark.gpu
+def test_the_red_team_on_a_cuda_run(tmp_path_factory):
+    """The same attacks on a CUDA run: the workers start CUDA inside the sandbox (an unprivileged
+    uid where the tests run as root, a network namespace, Landlock with the task folder CUDA
+    names its threads in) and every attack is refused or contained."""
+    attacked = attack(tmp_path_factory.mktemp("sandbox_cuda"), "cuda", 128)
+    check_verdicts(attacked)
+    assert attacked["stored"] == {k: v["status"] for k, v in attacked["results"].items()}
+    assert attacked["strays"] == []
+    assert attacked["after"] == attacked["before"]
+    assert attacked["accepted"] == []
+    assert not any("died" in line for line in attacked["ran"]["lines"]), attacked["ran"]["lines"]
+
+
+def _run_add(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "run_eval.py", "--problem", "elementwise_add", "--solution", "cpp_add",
+                           "--config", str(REPO_ROOT / "tests/fixtures/configs/fast.yaml"), "--results-dir",
+                           str(tmp_path / "results"), "--run-id", "probe", *extra], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+@needs_full
+def test_a_part_the_first_worker_cannot_start_with_is_left_out_once_with_one_line(tmp_path):
+    """The lane's start-up probe (harness/sandbox_check.py; KB_SANDBOX_PROBE=1 makes a CPU lane
+    probe; KB_SANDBOX_PROBE_FAULT=landlock stands in for a driver Landlock breaks): `auto` warns
+    once, naming the part and why, and every pair runs without it and records so."""
+    proc = _run_add(tmp_path, env={"KB_SANDBOX_PROBE": "1", "KB_SANDBOX_PROBE_FAULT": "landlock"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning: sandbox")]
+    assert len(warnings) == 1 and "running without Landlock's file rules (the lane's first sandboxed worker " \
+                                  "failed with it: RuntimeError: KB_SANDBOX_PROBE_FAULT" in warnings[0], proc.stdout
+    result = json.loads((tmp_path / "results" / "probe" / "elementwise_add__cpp_add.json").read_text())
+    assert result["status"] == "ok"
+    assert not any("landlock-fs" in part for part in result["sandbox"]["active"]), result["sandbox"]
+    assert any("Landlock's file rules" in part for part in result["sandbox"]["without"]), result["sandbox"]
+
+
+@needs_full
+def test_required_stops_at_the_probe_with_one_line(tmp_path):
+    proc = _run_add(tmp_path, "--set", "sandbox=required",
+                    env={"KB_SANDBOX_PROBE": "1", "KB_SANDBOX_PROBE_FAULT": "landlock"})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "sandbox: required, and the lane's first sandboxed worker failed" in lines[0], lines
+    assert not (tmp_path / "results" / "probe" / "elementwise_add__cpp_add.json").exists()
+
+
+@needs_full
+def test_the_probe_passes_where_nothing_is_wrong(tmp_path):
+    proc = _run_add(tmp_path, env={"KB_SANDBOX_PROBE": "1"})
+    assert proc.returncode == 0 and "warning: sandbox" not in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_an_identity_that_cannot_read_the_checkout_is_named(tmp_path):
+    """Root runs sandboxed processes as unprivileged uids; where one cannot read what a pair needs
+    (a folder closed to others on the way), the plan says which path, and `auto` goes without."""
+    if os.geteuid() != 0:
+        pytest.skip("only a harness running as root changes identity")
+    closed = tmp_path / "closed"
+    (closed / "inside").mkdir(parents=True)
+    closed.chmod(0o700)
+    problem = sandbox.can_run_as(sandbox.next_uid(), sandbox.UID_BASE, [str(closed / "inside")])
+    assert problem.startswith("uid ") and "cannot read " + str(closed / "inside") in problem
+    plan = sandbox.prepare(load_config(None), [closed / "inside"])
+    assert plan.identity == "same" and any(str(closed / "inside") in lack for lack in plan.lacks)
+    with pytest.raises(sandbox.SandboxError, match="an unprivileged identity"):
+        sandbox.prepare(with_overrides(load_config(None), {"sandbox": "required"}), [closed / "inside"])
+    assert sandbox.prepare(load_config(None), [tmp_path]).identity == "per-process"
