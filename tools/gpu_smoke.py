@@ -13,7 +13,8 @@ change to how solution code is loaded, isolated or run, and quote its last line.
 2. `pytest -m gpu`, the red team on a CUDA run among it (tests/test_sandbox.py: a forger, a
    checkout edit, killing the lane and the runner, a fork bomb, writes under /proc), with the
    build cache of step 1.
-3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it.
+3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it (the
+   pairs' results under results/smoke-*).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "solutions"
+RESULTS = ROOT / "results"
 PAIRS = [  # (problem, solution, statuses that pass)
     ("81", "fast", {"ok"}),
     ("elementwise_add", "cuda_add", {"ok"}),
@@ -47,14 +49,14 @@ def sandbox_problems(result: dict) -> list[str]:
 def run_pairs(out: Path, log) -> tuple[int, list[str]]:
     passed, notes = 0, []
     for problem, solution, wanted in PAIRS:
-        run_id = f"smoke-{problem}-{Path(solution).stem}"
+        run_id = f"smoke-{time.strftime('%Y%m%d-%H%M%S')}-{problem}-{Path(solution).stem}"
         start = time.monotonic()
         proc = subprocess.run([sys.executable, "run_eval.py", "--problem", problem, "--solution", solution,
-                               "--results-dir", str(out / "results"), "--run-id", run_id], cwd=ROOT,
+                               "--results-dir", str(RESULTS), "--run-id", run_id], cwd=ROOT,
                               capture_output=True, text=True, timeout=1200)
         log.write(f"$ run_eval.py --problem {problem} --solution {solution} (exit {proc.returncode}, "
                   f"{time.monotonic() - start:.0f} s)\n{proc.stdout}{proc.stderr}\n")
-        files = [p for p in (out / "results" / run_id).glob("*.json") if p.name != "run.json"]
+        files = [p for p in (RESULTS / run_id).glob("*.json") if p.name != "run.json"]
         if len(files) != 1:
             notes.append(f"{problem}/{Path(solution).stem}: {len(files)} results (exit {proc.returncode})")
             continue
