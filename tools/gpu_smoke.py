@@ -75,7 +75,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb-gpu-smoke")
     ap.add_argument("--skip-pytest", action="store_true")
-    ap.add_argument("--pytest-args", default="")
+    ap.add_argument("--pytest-args", default="", help="passed to pytest -m gpu (a selection is named in the line)")
+    ap.add_argument("--commit", default="", help="the commit to name (a copy of the tree may carry no git history)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -86,10 +87,10 @@ def main() -> int:
         print("gpu smoke: FAIL: no CUDA device here")
         return 2
     gpu = torch.cuda.get_device_name(0)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "no git"
-    dirty = " (uncommitted changes)" if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                                       cwd=ROOT, capture_output=True, text=True).stdout.strip() else ""
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip() or "no git"
+    dirty = "" if args.commit else " (uncommitted changes)" if subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip() else ""
     start = time.monotonic()
     with open(out / "gpu_smoke_pairs.log", "w") as log:
         passed, notes = run_pairs(out, log)
@@ -103,7 +104,8 @@ def main() -> int:
         text = (out / "gpu_smoke_pytest.log").read_text()
         counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", text.splitlines()[-1]))
         failed_tests = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0) + (proc.returncode not in (0, 5))
-        tests = (f"pytest -m gpu: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+        selection = f" {args.pytest_args}" if args.pytest_args else ""
+        tests = (f"pytest -m gpu{selection}: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
                  f"{counts.get('skipped', 0)} skipped")
     ok = passed == len(PAIRS) and not failed_tests
     line = (f"gpu smoke: {'PASS' if ok else 'FAIL'}; pairs {passed}/{len(PAIRS)} as expected, sandboxed; {tests}; "
