@@ -148,7 +148,6 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
               lanes: Lanes | None) -> list[EvalResult]:
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)
     # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
     plan = sandbox.prepare(cfg, sorted({p.solution.path.parent for p in pairs} | {p.problem.path for p in pairs}))
     lanes = lanes or open_lanes(cfg, plan)
@@ -184,6 +183,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
          info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
+    Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
     store = Store(cfg.results_dir, run_id)
     base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
     done: dict[str, EvalResult] = {}

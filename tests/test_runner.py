@@ -85,11 +85,31 @@ def test_identical_solution_files_build_once_and_every_pair_is_judged(tmp_path, 
         shutil.copyfile(source, solution)
         pairs.append(Pair(problem_from_path(problem), solution_from_path(solution)))
     assert len({p.solution.sources_sha256 for p in pairs}) == 1
-    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
-                         {"results_dir": str(tmp_path / "results"), "build.jobs": 8})
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),  # a cache of its own: no earlier manifest
+                         {"results_dir": str(tmp_path / "results"), "build.jobs": 8,
+                          "build.cache_dir": str(tmp_path / "cache")})
     steps = []
     original = PairRun.run_build
     monkeypatch.setattr(PairRun, "run_build", lambda run: steps.append(run) or original(run))
     results = evaluate(pairs, cfg, run_id="dup", out=lambda line: None)
     assert [r.status for r in results] == [Status.OK] * 8, [r.message for r in results]
     assert len(steps) == 1  # one build step for the eight
+
+
+def test_bad_input_found_at_the_start_records_nothing(tmp_path):
+    """--gpus 2 on a CPU run is bad input: one line, and no results folder made (the GPU test
+    test_more_gpus_than_the_host_has_is_bad_input_and_records_nothing holds the same on CUDA)."""
+    import pytest
+
+    from harness.config import load_config, with_overrides
+    from harness.errors import BadInput
+    from harness.problems import problem_from_path
+    from harness.runner import evaluate
+    from harness.solutions import Pair, solution_from_path
+    from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS, FIXTURES
+
+    pair = Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py"))
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path / "r"), "gpus": 2})
+    with pytest.raises(BadInput, match="2 lanes need CUDA devices"):
+        evaluate([pair], cfg, run_id="bad", out=lambda line: None)
+    assert not (tmp_path / "r").exists()
