@@ -10,8 +10,11 @@
   python run_eval.py compile [SOLUTION_OR_FOLDER ...]       # compile-only (nvcc / c++), no GPU
   python run_eval.py check [--problem P] [--timing] [--junit F] [--baseline RUN_DIR]   # the CI gate
 
-Exit codes: 0 every evaluated pair is correct (lint/compile: no error); 1 some pair is not
-(lint/compile: some error); 2 bad usage or bad input.
+Exit codes (every command): 0 every evaluated pair is correct (lint/compile: no error); 1 some
+pair is not, or the gate found a regression (lint/compile: some error); 2 bad usage or bad input
+(one line naming the file and the problem); 3 the checkout changed during the run (its results
+cannot be trusted); 5 nothing was evaluated (every pair skipped, e.g. CUDA pairs on a machine
+without a GPU; check --allow-skipped accepts it).
 """
 from __future__ import annotations
 
@@ -31,9 +34,12 @@ from harness.runner import CheckoutChanged
 from harness.sandbox import SandboxError
 from harness.precision import PRECISIONS
 from harness.runner import evaluate
+from harness.progress import TERMINAL_WIDTH, printer
 from harness.store import load_run, new_run_id
 
 DEFAULT_CONFIG = "configs/default.yaml"
+# exit codes (the module's docstring, README.md, docs/usage.md say the same)
+OK, FAILED, BAD_INPUT, CHECKOUT_CHANGED, NOTHING_EVALUATED = 0, 1, 2, 3, 5
 
 
 def eval_parser() -> argparse.ArgumentParser:
@@ -69,8 +75,9 @@ def selection_args(p: argparse.ArgumentParser) -> None:
 def check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_eval.py check", description=(
         "The CI gate: lint, the pipeline (correctness only unless --timing) and, on a machine without a GPU, "
-        "compile-only of the CUDA solutions it cannot run. Exit 0 when everything checked passes, 1 otherwise, "
-        "2 on bad input. Skipped pairs never pass; a gate that evaluated nothing fails unless --allow-skipped."))
+        "compile-only of the CUDA solutions it cannot run. Exit 0 when everything checked passes, 1 when something "
+        "fails (a pair, lint, compile-only, a regression), 2 on bad input, 3 when the checkout changed during the "
+        "run, 5 when no pair was evaluated and nothing else failed (--allow-skipped: 0). Skipped pairs never pass."))
     selection_args(p)
     p.add_argument("--timing", action="store_true", help="also time the pairs (and compare them with --baseline)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per pair")
@@ -83,6 +90,7 @@ def check_parser() -> argparse.ArgumentParser:
                    help="a regression is called when the whole confidence interval of speedup now / speedup then "
                         "lies this much below 1 (default 0.05)")
     p.add_argument("--allow-skipped", action="store_true", help="pass even when no pair could be evaluated here")
+    p.add_argument("--wide", action="store_true", help="lines and the table in full (wider than 120 columns)")
     return p
 
 
@@ -117,7 +125,8 @@ def leaderboard_parser() -> argparse.ArgumentParser:
                                 description="Rank stored results (never builds or runs anything): one board per GPU, "
                                             "per problem the correct solutions by speedup, then fast_p, geomean and "
                                             "pass@k per solution set.")
-    p.add_argument("runs", nargs="*", help="run folders, or folders of runs (default: every run under results/)")
+    p.add_argument("runs", nargs="*", help="run folders, or folders of runs (default: your runs under results/, "
+                                           "the committed results/snapshots/ named apart)")
     p.add_argument("--all", action="store_true", help="every result, not only the latest per (problem, solution, GPU)")
     p.add_argument("--problem", help="only problems whose id contains this")
     p.add_argument("--solution", help="only this solution (or solution set: gen for gen.0, gen.1, ...)")
@@ -125,6 +134,7 @@ def leaderboard_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "md", "csv", "json", "html"], default="text")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the speedups (matplotlib)")
     p.add_argument("--out", metavar="DIR", help="write every format and the plot into DIR")
+    p.add_argument("--wide", action="store_true", help="the text board in full (wider than 120 columns)")
     return p
 
 
@@ -133,13 +143,24 @@ def cmd_leaderboard(argv: list[str]) -> int:
 
     from harness import htmlboard, standings
     args = leaderboard_parser().parse_args(argv)
-    sources = args.runs or ["results"]
+    sources = args.runs
+    if not sources:  # the user's own runs; the committed snapshots are named apart, not mixed in
+        own, snapshots = standings.own_runs("results")
+        if snapshots:
+            printer(None if args.wide or args.format != "text" else TERMINAL_WIDTH, sys.stderr)(
+                f"snapshots (not on this board; name a folder to see one): "
+                + ", ".join(str(p) for p in snapshots))
+        if not own:
+            raise BadInput("results/", "no runs of yours yet (run python run_eval.py first, or name a folder"
+                                       + (", e.g. " + str(snapshots[-1]) if snapshots else "") + ")")
+        sources = [str(p) for p in own]
     entries = standings.gather(sources, warn=lambda line: print(line, file=sys.stderr))
     chosen = standings.select(entries, keep_all=args.all, problem=args.problem, solution=args.solution, gpu=args.gpu)
     if not chosen:
         raise BadInput("leaderboard", "no result matches --problem/--solution/--gpu")
     data = leaderboard.board_data(standings.boards(chosen), standings.summarize(chosen))
-    texts = {"text": lambda: leaderboard.board_text(data, "text"), "md": lambda: leaderboard.board_text(data, "md"),
+    texts = {"text": lambda: leaderboard.board_text(data, "text", wide=args.wide),
+             "md": lambda: leaderboard.board_text(data, "md"),
              "csv": lambda: leaderboard.board_csv(data) + "\n" + leaderboard.summary_csv(data),
              "json": lambda: jsonlib.dumps(data, indent=1, default=str)}
     if args.out:
@@ -186,10 +207,11 @@ def cmd_lint(argv: list[str]) -> int:
     pairs = _files_and_problems(args)
     for path, problem in pairs:
         findings += lint_file(path, problem)
+    out = printer(TERMINAL_WIDTH)
     for finding in findings:
-        print(finding)
+        out(str(finding))
     errors = sum(f.severity == "error" for f in findings)
-    print(f"lint: {len(pairs)} file(s), {errors} error(s), {len(findings) - errors} warning(s)")
+    out(f"lint: {len(pairs)} file(s), {errors} error(s), {len(findings) - errors} warning(s)")
     return 1 if errors else 0
 
 
@@ -203,7 +225,7 @@ def cmd_compile(argv: list[str]) -> int:
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     files = [f for f, _ in _files_and_problems(args)]
-    results = compile_solutions(files, cfg, arch=args.arch, jobs=args.jobs)
+    results = compile_solutions(files, cfg, arch=args.arch, jobs=args.jobs, out=printer(TERMINAL_WIDTH))
     bad = [r for r in results if r["status"] not in ("ok", "skipped")]
     skipped = sum(r["status"] == "skipped" for r in results)
     print(f"compile: {len(results)} file(s), {len(bad)} failed, {skipped} skipped")
@@ -271,17 +293,21 @@ def cmd_eval(argv: list[str]) -> int:
                                    f"{cfg.results_dir}/{args.run_id}/run.json); without --resume it starts anew")
     pairs = selected_pairs(args, cfg)
     run_id = args.run_id or new_run_id()
-    results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume)
+    width = None if args.wide else TERMINAL_WIDTH
+    out = printer(width)
+    results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume, out=out, width=width)
     print()
     print(render(results, args.format, args.wide))
     counts = leaderboard.summary(results)
     where = f"{cfg.results_dir}/{run_id}"
-    print(f"\nresults: {where}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
-          f"leaderboard: python run_eval.py leaderboard {where}; lane logs: {where}/logs/")
+    out(f"\nresults: {where}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+    out(f"leaderboard: python run_eval.py leaderboard {where}")
+    out(f"lane logs: {where}/logs/")
     evaluated = [r for r in results if r.status.evaluated]
     if not evaluated:
-        print(nothing_evaluated(results), file=sys.stderr)
-    return 0 if all(r.status.passed for r in evaluated) else 1
+        printer(width, sys.stderr)(nothing_evaluated(results))
+        return NOTHING_EVALUATED
+    return OK if all(r.status.passed for r in evaluated) else FAILED
 
 
 def nothing_evaluated(results: list) -> str:
@@ -300,10 +326,14 @@ def cmd_check(argv: list[str]) -> int:
     args = check_parser().parse_args(argv)
     cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
     pairs = selected_pairs(args, cfg)
+    width = None if args.wide else TERMINAL_WIDTH
     verdict = run_check(pairs, cfg, run_id=args.run_id or "check-" + new_run_id(), baseline=args.baseline,
-                        baseline_rev=args.baseline_rev, max_regression=args.max_regression, allow_skipped=args.allow_skipped, junit=args.junit,
-                        jobs=args.jobs, solution_filter=args.solution)
-    return 1 if verdict.reasons else 0
+                        baseline_rev=args.baseline_rev, max_regression=args.max_regression,
+                        allow_skipped=args.allow_skipped, junit=args.junit, jobs=args.jobs,
+                        solution_filter=args.solution, out=printer(width), width=width)
+    if verdict.nothing_evaluated and verdict.reasons == [verdict.nothing_evaluated]:
+        return NOTHING_EVALUATED
+    return FAILED if verdict.reasons else OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,15 +344,15 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in commands:
             return commands[argv[0]](argv[1:])
         return cmd_eval(argv)
-    except BadInput as exc:
+    except BadInput as exc:  # one line, whatever its width: the file and the problem
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     except SandboxError as exc:  # sandbox: required, on a host that lacks part of it
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     except CheckoutChanged as exc:  # results stored; the run's verdicts cannot be trusted
         print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return CHECKOUT_CHANGED
 
 
 if __name__ == "__main__":

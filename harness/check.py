@@ -70,7 +70,8 @@ def _git(where: Path, *args: str) -> str:
 def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | None = None,
               baseline_rev: str | None = None, max_regression: float = 0.05, allow_skipped: bool = False,
               junit: str | None = None, jobs: int | None = None, solution_filter: str | None = None,
-              out: Callable[[str], None] = print) -> Verdict:
+              out: Callable[[str], None] = print, width: int | None = None) -> Verdict:
+    """The CI gate. `width`: a terminal's (the table and the pairs' lines fit it); None: in full."""
     files = {pair.solution.path: pair.problem for pair in pairs}
     findings = [f for path, problem in files.items() for f in lint_file(path, problem)]
     for finding in findings:
@@ -79,7 +80,7 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
     then = revision_pairs(pairs, baseline_rev, sandbox.work_folder("kb-rev-"), out) if baseline_rev else {}
     ordered = [p for pair in pairs for p in [pair] + ([then[(pair.problem.id, pair.solution.name)]]
                                                         if (pair.problem.id, pair.solution.name) in then else [])]
-    everything = evaluate(ordered, cfg, run_id=run_id, out=out)
+    everything = evaluate(ordered, cfg, run_id=run_id, out=out, width=width)
     recorded = {(r.problem["id"], r.solution["name"]): r for r in everything}
     yardsticks = {(key[0], p.solution.name) for key, p in then.items()}
     results = [r for r in everything if (r.problem["id"], r.solution["name"]) not in yardsticks]
@@ -103,7 +104,7 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
         changes = compare(results, base, max_regression, cfg.timing.confidence)
     verdict = Verdict(results, findings, compiled, changes, allow_skipped, linted=[str(p) for p in files])
     out("")
-    out(leaderboard.table(everything))
+    out(leaderboard.terminal_table(everything, wide=width is None))
     for change in changes:
         out(f"{'regression' if change.regression else 'improvement' if change.improvement else 'compared'}: "
             f"{change.message}")
@@ -117,6 +118,6 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
     if summary_file:
         with open(summary_file, "a") as f:
             f.write(step_summary(verdict))
-    out(f"results: {cfg.results_dir}/{run_id}/" + (f"; JUnit: {junit}" if junit else "")
-        + f"; leaderboard: python run_eval.py leaderboard {cfg.results_dir}/{run_id}")
+    out(f"results: {cfg.results_dir}/{run_id}/" + (f"; JUnit: {junit}" if junit else ""))
+    out(f"leaderboard: python run_eval.py leaderboard {cfg.results_dir}/{run_id}")
     return verdict

@@ -184,7 +184,8 @@ def _build(cls: type, data: Any, path: str, prefix: str, defaults: Any = None) -
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if key not in fields:
-            raise BadInput(path, f"unknown key '{dotted}' (known: {', '.join(sorted(fields))})")
+            raise BadInput(path, f"unknown key '{dotted}'{_near(key, fields, prefix)} (known here: "
+                                 f"{', '.join(sorted(fields))}; every key: configs/default.yaml, docs/usage.md)")
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
             kwargs[key] = _build(typ, value, path, dotted + ".", kwargs.get(key))
@@ -196,8 +197,9 @@ def _build(cls: type, data: Any, path: str, prefix: str, defaults: Any = None) -
         raise BadInput(path, f"key '{prefix.rstrip('.')}' is incomplete: {exc}") from None
 
 
-def validate(cfg: Config) -> Config:
-    where = cfg.source
+def validate(cfg: Config, where: str | None = None) -> Config:
+    """`cfg` checked; a bad value is named with `where` it came from (the file, or the command line)."""
+    where = where or cfg.source
     if cfg.device not in DEVICES:
         raise BadInput(where, f"device must be one of {', '.join(DEVICES)}, got {cfg.device!r}")
     c, t, o, k = cfg.correctness, cfg.timing, cfg.timeouts, cfg.checks
@@ -269,15 +271,25 @@ def with_overrides(cfg: Config, overrides: Mapping[str, Any], where: str = "comm
     for dotted, value in overrides.items():
         node = data
         parts = dotted.split(".")
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
             if not isinstance(node.get(part), dict):
-                raise BadInput(where, f"unknown config key '{dotted}'")
+                raise BadInput(where, f"unknown config key '{dotted}'{_near(part, node, '.'.join(parts[:i]) + '.' if i else '')}"
+                                      f" (every key: configs/default.yaml, docs/usage.md)")
             node = node[part]
         if parts[-1] not in node:
-            raise BadInput(where, f"unknown config key '{dotted}'")
+            prefix = ".".join(parts[:-1]) + "." if len(parts) > 1 else ""
+            raise BadInput(where, f"unknown config key '{dotted}'{_near(parts[-1], node, prefix)} (every key: "
+                                  f"configs/default.yaml, docs/usage.md)")
         node[parts[-1]] = value
     new = _build(Config, data, where, "", Config())
-    return validate(dataclasses.replace(new, source=cfg.source))
+    return validate(dataclasses.replace(new, source=cfg.source), where)
+
+
+def _near(key: str, known, prefix: str = "") -> str:
+    """'; did you mean ...?' for the closest known keys, '' where none is close."""
+    import difflib
+    close = difflib.get_close_matches(key, sorted(k for k in known if k not in _NOT_KEYS), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(prefix + c) for c in close)}?" if close else ""
 
 
 def parse_override(text: str) -> tuple[str, Any]:

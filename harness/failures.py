@@ -94,7 +94,8 @@ def classify(exc: BaseException, phase: str, solution_path: Path, device: str,
     if device == "cpu" and any(m in text for m in _NO_CUDA_MARKERS):
         return Failure(Status.SKIPPED, f"needs a CUDA device ({first_line}) at {where}", detail)
     import torch
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text.lower():
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text.lower() \
+            or "can't allocate memory" in text:
         return Failure(Status.OOM, f"out of memory during {phase}: {first_line} at {where}", detail)
     if phase in ("load", "build"):
         return Failure(Status.LOAD_ERROR, f"{where}: {first_line}", detail)

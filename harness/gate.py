@@ -139,10 +139,17 @@ class Verdict:
         reasons += [str(f) for f in self.lint if f.severity == "error"]
         reasons += [f"{c['path']}: compile: {c['message']}" for c in self.compiled if c["status"] not in ("ok", "skipped")]
         reasons += [c.message for c in self.changes if c.regression]
-        if not self.evaluated and not self.allow_skipped:
-            reasons.append(f"nothing was evaluated ({len(self.results)} pair(s) skipped): a gate that checked nothing "
-                           f"fails (--allow-skipped to accept)")
+        if self.nothing_evaluated:
+            reasons.append(self.nothing_evaluated)
         return reasons
+
+    @property
+    def nothing_evaluated(self) -> str:
+        """Why a gate that evaluated no pair fails ('' where it evaluated one, or --allow-skipped)."""
+        if self.evaluated or self.allow_skipped:
+            return ""
+        return (f"nothing was evaluated ({len(self.results)} pair(s) skipped): a gate that checked nothing fails "
+                f"(--allow-skipped to accept)")
 
     def headline(self) -> str:
         skipped = len(self.results) - len(self.evaluated)

@@ -70,9 +70,12 @@ def _describe(t: torch.Tensor) -> dict[str, Any]:
 
 
 def _as_bytes(t: torch.Tensor) -> bytes:
+    """The tensor's bytes, any size (ctypes.string_at takes a C int: 2 GiB and more failed)."""
     host = t.detach().to("cpu").contiguous()
     nbytes = host.numel() * host.element_size()
-    return ctypes.string_at(host.data_ptr(), nbytes) if nbytes else b""
+    if not nbytes:
+        return b""
+    return bytes(memoryview((ctypes.c_char * nbytes).from_address(host.data_ptr())))
 
 
 def export(t: torch.Tensor, payload: list[bytes]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from .errors import BadInput
-from .leaderboard import (BOARD_COLUMNS, OTHER_COLUMNS, _board_rows, aa_text, pass_at_k_rows, summary_columns,
+from .leaderboard import (BOARD_COLUMNS, OTHER_COLUMNS, SKIPPED_COLUMNS, _board_rows, aa_text, pass_at_k_rows, summary_columns,
                           summary_table_rows)
 from .standings import sample_of
 
@@ -87,11 +87,13 @@ def page(data: dict[str, Any], sources: list[str], png: bytes | None) -> str:
         parts.append(f"<h2>{html.escape(board['gpu'])}</h2>")
         for pid, slot in board["problems"].items():
             parts.append(f"<h3>{html.escape(pid + aa_text(slot.get('aa')))}</h3>")
-            ranked, others = _board_rows(slot)
+            ranked, others, skipped = _board_rows(slot)
             if ranked:
                 parts.append(_table(BOARD_COLUMNS, ranked))
             if others:
-                parts.append(_table(OTHER_COLUMNS, others))
+                parts.append("<p>not correct</p>" + _table(OTHER_COLUMNS, others))
+            if skipped:
+                parts.append("<p>skipped (not run here)</p>" + _table(SKIPPED_COLUMNS, skipped))
     parts.append("<h2>Summary per solution set and GPU</h2>")
     parts.append(_table(summary_columns(data["summary"]), summary_table_rows(data["summary"])))
     passk = pass_at_k_rows(data["summary"])

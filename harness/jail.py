@@ -182,9 +182,10 @@ def _join_pids_cgroup(limit: int) -> str | None:
 
 
 def memory_bytes(limits: dict[str, Any]) -> int:
+    """limits.memory_gb, or the worker's share of the machine's memory (sandbox.WORKER_MEMORY_SHARE)."""
     if limits.get("memory_gb"):
         return int(float(limits["memory_gb"]) * (1 << 30))
-    return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return int(sandbox.WORKER_MEMORY_SHARE * sandbox.physical_memory_bytes())
 
 
 def _limits(pol: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, become_subreaper, die_with_parent, tail
@@ -328,6 +329,18 @@ def validate(message: dict[str, Any]) -> list[str] | None:
     return None
 
 
+def limit_memory() -> int:
+    """A CPU lane's address space: its share of the machine's memory (sandbox.LANE_MEMORY_SHARE),
+    so that a reference or a float64 ground truth that does not fit fails in the lane, as that
+    pair's own status, instead of the OOM killer taking the lane. Returns the limit in bytes."""
+    import resource
+    limit = int(sandbox.LANE_MEMORY_SHARE * sandbox.physical_memory_bytes())
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
+
 def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None = None) -> Lane:
     """A lane on this process's first visible device (`gpu`: its id for the spares). The spares
     start importing at once, while this process imports torch and probes the device. `sandboxed`:
@@ -343,6 +356,8 @@ def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None =
     if sandboxed:
         device = "cpu" if requested == "cpu" or not os.path.exists("/dev/nvidiactl") else "cuda"
         sandboxed = {**sandboxed, "device": device, "hidden": [*sandboxed["hidden"], str(work_dir)]}
+    if requested == "cpu" or not os.path.exists("/dev/nvidiactl"):
+        limit_memory()
     pool = WorkerPool(work_dir / "workers", spare_env, size=spares, sandboxed=sandboxed)
     try:
         info = probe(requested)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from typing import Iterable
 
 from tabulate import tabulate
@@ -28,12 +29,28 @@ def ci_text(interval) -> str:
     return f" [{interval[0]:.2f}-{interval[1]:.2f}]" if interval else ""
 
 
+NOISY_SPAN = 2.0   # an interval whose ends are further apart than this factor decides nothing
+
+
+def noisy(interval) -> bool:
+    return bool(interval) and interval[0] > 0 and interval[1] / interval[0] > NOISY_SPAN
+
+
+def speedup_text(speedup: float | None, interval=None) -> str:
+    """'2.04x [1.97-2.08]'; 'noisy [0.21-14.37]' where the interval spans more than NOISY_SPAN (a
+    figure a reader would quote, that the timing does not support); '-' without a speedup. The
+    run's table, its progress lines and the leaderboard all say it this way."""
+    if speedup is None:
+        return "-"
+    return f"noisy{ci_text(interval)}" if noisy(interval) else f"{speedup:.2f}x{ci_text(interval)}"
+
+
 def row(result: EvalResult) -> list[str]:
     t = result.timing or {}
     err = result.correctness.get("max_abs_error") if result.correctness else None
     speedup = t.get("speedup")
     precision = result.correctness.get("precision") if result.correctness else None
-    vs = ci_text(t.get("speedup_ci")) + (f" (vs {STRICT_SHORT[t['baseline']]})" if t.get("baseline") in STRICT_SHORT else "")
+    vs = f" (vs {STRICT_SHORT[t['baseline']]})" if t.get("baseline") in STRICT_SHORT else ""
     return [
         result.problem["id"],
         result.solution["name"],
@@ -43,7 +60,7 @@ def row(result: EvalResult) -> list[str]:
         _ms(t.get("solution")),
         _ms(t.get("reference")),
         _ms(t.get("reference_fp32") or t.get("reference_strict")),
-        f"{speedup:.2f}x{vs}" if speedup is not None and result.status in (Status.OK, Status.REJECTED) else "-",
+        speedup_text(speedup, t.get("speedup_ci")) + vs if speedup is not None and result.status in (Status.OK, Status.REJECTED) else "-",
         ",".join(result.flags) or "-",
     ]
 
@@ -161,6 +178,7 @@ def summary(results: Iterable[EvalResult]) -> dict[str, int]:
 # -- the leaderboard across runs (harness/standings.py) -------------------------------------------
 BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "flags", "run", "commit"]
 OTHER_COLUMNS = ["solution", "status", "message", "run"]
+SKIPPED_COLUMNS = ["solution", "why", "run"]
 PAIR_CSV = ["gpu", "precision", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup",
             "speedup_ci_low", "speedup_ci_high", "flags", "run_id", "commit", "message"]
 
@@ -211,18 +229,26 @@ def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _board_rows(slot: dict) -> tuple[list[list[str]], list[list[str]]]:
+def _board_rows(slot: dict, wide: bool = True) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+    """(ranked, not correct, skipped) rows of a problem's slot; not `wide`: names and messages short
+    enough for a terminal."""
+    name = (lambda text: text) if wide else (lambda text: short_label(text, 16))
     ranked = []
     for rec in slot["ranked"]:
         ms = f"{rec['ms']:.3f} ±{rec['iqr_ms']:.3f}" if rec["ms"] is not None else "-"
-        label = baseline_label(rec["baseline"] or "", rec["precision"])
+        label = baseline_label(rec["baseline"] or "", rec["precision"], "cpu" if rec["gpu"] == "CPU" else "cuda")
         interval = (rec["speedup_ci_low"], rec["speedup_ci_high"]) if rec.get("speedup_ci_low") is not None else None
-        vs = ci_text(interval) + (f" (vs {label})" if label else "")
-        ranked.append([str(rec["rank"]), rec["solution"], rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
-                       _fmt(rec["speedup"], ".2f", "x") + (vs if rec["speedup"] is not None else ""),
-                       ",".join(rec["flags"]) or "-", rec["run_id"], rec["commit"] or "-"])
-    others = [[rec["solution"], rec["status"], _short(rec["message"]), rec["run_id"]] for rec in slot["others"]]
-    return ranked, others
+        vs = f" (vs {label})" if label and wide else ""  # in short, the class names its baseline (the note)
+        cells = [str(rec["rank"]), name(rec["solution"]), rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
+                 speedup_text(rec["speedup"], interval) + (vs if rec["speedup"] is not None else ""),
+                 ",".join(SHORT_FLAGS.get(f, f) if not wide else f for f in rec["flags"]) or "-", rec["run_id"]]
+        ranked.append(cells + [rec["commit"] or "-"] if wide else cells)
+    limit = 140 if wide else 60
+    others = [[name(rec["solution"]), rec["status"], _short(rec["message"], limit), rec["run_id"]]
+              for rec in slot["others"] if rec["status"] != "skipped"]
+    skipped = [[name(rec["solution"]), _short(rec["message"], limit + 10), rec["run_id"]]
+               for rec in slot["others"] if rec["status"] == "skipped"]
+    return ranked, others, skipped
 
 
 def shown_classes(summary_rows: list[dict]) -> list[str]:
@@ -246,31 +272,52 @@ def summary_table_rows(summary_rows: list[dict]) -> list[list[str]]:
     return rows
 
 
+def class_rows(summary_rows: list[dict]) -> list[list[str]]:
+    """The summary's per-class figures, a row per (solution set, GPU, class) it earned."""
+    return [[s["solution"], s["gpu"], c, f"{s[c]['correct']:.0%}", f"{s[c]['fast_1']:.0%}",
+             _fmt(s[c]["geomean_speedup"], ".2f", "x")] for s in summary_rows for c in shown_classes(summary_rows)
+            if s[c]["correct"] > 0]
+
+
 def pass_at_k_rows(summary_rows: list[dict]) -> list[list[str]]:
     return [[s["solution"], s["gpu"], f"pass@{k}", f"{v['fast_0']:.0%}", f"{v['fast_1']:.0%}", f"{v['fast_1.5']:.0%}",
              f"{v['fast_2']:.0%}"] for s in summary_rows for k, v in sorted((s.get("pass_at_k") or {}).items())]
 
 
-def board_text(data: dict, fmt: str = "text") -> str:
+def board_text(data: dict, fmt: str = "text", wide: bool = True) -> str:
     """The leaderboard as text (tabulate) or markdown: one board per GPU, per problem the ranked
-    correct solutions and the others below, then the summary per solution set."""
+    correct solutions, the incorrect ones and the skipped ones apart, then the summary per
+    solution set. Text not `wide` fits a terminal: short names and messages, the summary's
+    per-class figures in a table of their own."""
     md = fmt == "md"
+    wide = wide or md
     style = "github" if md else "simple"
     out: list[str] = []
     for board in data["boards"]:
         out.append(("## " if md else "== ") + board["gpu"] + ("" if md else " =="))
         for pid, slot in board["problems"].items():
             out.append(("### " if md else "-- ") + pid + aa_text(slot.get("aa")))
-            ranked, others = _board_rows(slot)
+            ranked, others, skipped = _board_rows(slot, wide)
             if ranked:
-                out.append(tabulate(ranked, headers=BOARD_COLUMNS, tablefmt=style, disable_numparse=True))
+                out.append(tabulate(ranked, headers=BOARD_COLUMNS if wide else BOARD_COLUMNS[:-1], tablefmt=style,
+                                    disable_numparse=True))
             if others:
-                out.append(("" if md else "not correct:\n")
+                out.append(("**not correct**\n\n" if md else "not correct:\n")
                            + tabulate(others, headers=OTHER_COLUMNS, tablefmt=style, disable_numparse=True))
+            if skipped:
+                out.append(("**skipped** (not run here)\n\n" if md else "skipped (not run here):\n")
+                           + tabulate(skipped, headers=SKIPPED_COLUMNS, tablefmt=style, disable_numparse=True))
             out.append("")
     out.append(("## " if md else "== ") + "Summary per solution set and GPU" + ("" if md else " =="))
-    out.append(tabulate(summary_table_rows(data["summary"]), headers=summary_columns(data["summary"]), tablefmt=style,
-                        disable_numparse=True))
+    if wide:
+        out.append(tabulate(summary_table_rows(data["summary"]), headers=summary_columns(data["summary"]),
+                            tablefmt=style, disable_numparse=True))
+    else:
+        out.append(tabulate([r[:9] for r in summary_table_rows(data["summary"])],
+                            headers=summary_columns(data["summary"])[:9], tablefmt=style, disable_numparse=True))
+        out.append("")
+        out.append(tabulate(class_rows(data["summary"]), headers=["solution", "gpu", "class", "correct", "fast_1",
+                                                                  "geomean"], tablefmt=style, disable_numparse=True))
     passk = pass_at_k_rows(data["summary"])
     if passk:
         out.append("")
@@ -281,8 +328,11 @@ def board_text(data: dict, fmt: str = "text") -> str:
                 out.append(f"best samples of {s['solution']} on {s['gpu']}: "
                            + ", ".join(f"{p}: {name}" for p, name in s["best"].items()))
     out.append("")
-    out.append("fast_p: the share of attempted problems where the solution is correct and faster than the "
-               "class's baseline by more than p (fast_0 = correct); geomean over correct pairs.")
+    note = ("fast_p: the share of attempted problems where the solution is correct and faster than the class's "
+            "baseline by more than p (fast_0 = correct); geomean over correct pairs. The baseline: PyTorch's "
+            "defaults for the tf32 and half classes, TF32 off (the strict setting in a half run) for fp32."
+            + ("" if wide else " `noisy`: an interval spanning more than 2x. --wide: every column."))
+    out.append(note if wide else textwrap.fill(note, 120))
     return "\n".join(out)
 
 

@@ -9,6 +9,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .blame import blame
 from .build import LOG_NAME
 from .env import gpu_now
@@ -206,6 +207,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
             phases["reference_s"] = time.monotonic() - t0
             spent["gpu_s"] += ref_gpu_s
     except Exception as exc:  # noqa: BLE001 - the reference's failure is not the solution's
+        if lane.device == "cpu" and sandbox.allocation_failed(exc):
+            return result(Status.SKIPPED, does_not_fit("the reference", exc), phase="reference")
         found = blame(exc, Path(job["problem_path"]))
         first = f"{type(exc).__name__}: {exc}".splitlines()[0]
         where = "" if run == "fp32" else f" in {run} (--precision {run}: both models and the inputs cast to it)"
@@ -227,6 +230,9 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
                            max_payload, rounds)
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
+            if lane.device == "cpu" and sandbox.allocation_failed(exc):
+                return result(Status.SKIPPED, does_not_fit("judging its output (the float64 ground truth)", exc),
+                              phase="judge")
             return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
         finally:
@@ -272,6 +278,17 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     status, message, phase, fields = verdict(job, judgement.report(), timing, profile)
     phases["judge_s"] += time.monotonic() - t0
     return result(status, message, phase=phase, build=build, **fields)
+
+
+def does_not_fit(what: str, exc: BaseException) -> str:
+    """A CPU pair whose reference or ground truth does not fit the lane's share of the machine."""
+    import resource
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    share = f"{limit / 2**30:.1f} GB, " if limit != resource.RLIM_INFINITY else ""
+    first = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return (f"not run here: {what} does not fit this machine's memory at the benchmark shape ({first}); a CPU "
+            f"lane may use {share}{sandbox.LANE_MEMORY_SHARE:.0%} of the machine's "
+            f"{sandbox.physical_memory_bytes() / 2**30:.1f} GB. Run it on a machine with more memory, or on a GPU")
 
 
 def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -> tuple:

@@ -48,8 +48,11 @@ def baseline(run: str, cls: str) -> str:
     return "reference" if cls == classes(run)[-1] else strict_role(run)
 
 
-def baseline_label(role: str, run: str) -> str:
-    """How the table names a baseline other than PyTorch's default."""
+def baseline_label(role: str, run: str, device: str = "cuda") -> str:
+    """How the table names a baseline other than PyTorch's default (the CPU has no stricter
+    setting: both roles are the same there)."""
+    if device == "cpu":
+        return ""
     if role == "reference_fp32":
         return "TF32 off"
     if role == "reference_strict":

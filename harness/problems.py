@@ -135,7 +135,30 @@ def exception_location(exc: BaseException, path: Path) -> str:
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename and Path(frame.filename).resolve() == path:
             line = frame.lineno
+    if line is None and isinstance(exc, TypeError):  # a call that never entered its function: its def
+        line = _definition_line(path, str(exc))
     return f"{_display(path)}:{line}" if line else _display(path)
+
+
+def _definition_line(path: Path, message: str) -> int | None:
+    """The line of `def NAME` in `path` for a TypeError about calling NAME with the wrong arguments
+    ("ModelNew.forward() takes 2 positional arguments but 3 were given"), where its class is there."""
+    import ast
+    import re
+    m = re.match(r"(?:(\w+)\.)?(\w+)\(\) (?:takes|missing|got)", message)
+    if not m:
+        return None
+    owner, name = m.groups()
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and owner in (None, node.name):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                    return item.lineno
+    return None
 
 
 def load_problem(problem: Problem) -> types.ModuleType:

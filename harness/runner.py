@@ -28,10 +28,10 @@ from .env import git_info
 from .errors import BadInput
 from .isolation import reaping
 from .laneproc import LaneDied, LaneProc, Lanes
-from .leaderboard import summary
+from .leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
 from .precision import baseline_label
-from .progress import Progress
+from .progress import Progress, shorten
 from .results import EvalResult, Status, with_store_time
 from .solutions import Pair
 from .store import Store
@@ -80,14 +80,23 @@ class Schedule:
             return pick
 
 
+def pair_line(result: EvalResult, done: int, total: int, width: int | None = None) -> str:
+    """A finished pair's progress line; with `width` (a terminal) its names short, the line cut to
+    fit (the result file holds everything)."""
+    problem, solution = result.problem["id"], result.solution["name"]
+    if width is not None:
+        problem, solution = short_label(problem, 24), short_label(solution, 14)
+    return shorten(f"[{done}/{total}] {problem} / {solution}: {_describe(result)}", width)
+
+
 def _describe(result: EvalResult) -> str:
     t = result.timing or {}
     parts = [result.status.value]
     if "speedup" in t:
         base = t[t["baseline"]]
-        label = baseline_label(t["baseline"], result.precision)
+        label = baseline_label(t["baseline"], result.precision, (result.env or {}).get("device", "cuda"))
         parts.append(f"{t['solution']['median_ms']:.3f} ms vs {base['median_ms']:.3f} ms "
-                     f"ref{f' ({label})' if label else ''} ({t['speedup']:.2f}x)")
+                     f"ref{f' ({label})' if label else ''} ({speedup_text(t['speedup'], t.get('speedup_ci'))})")
     parts.append(result.message)
     return "  ".join(parts)
 
@@ -129,13 +138,14 @@ def digest(files: list[Path]) -> dict[str, str]:
 
 
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
-             out: Callable[[str], None] = print, lanes: Lanes | None = None) -> list[EvalResult]:
+             out: Callable[[str], None] = print, lanes: Lanes | None = None,
+             width: int | None = None) -> list[EvalResult]:
     """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
     The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
     raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
     files = checkout_files(pairs, cfg)
     before = digest(files)
-    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes)
+    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width)
     changed = [name for name, sha in digest(files).items() if sha != before[name]]
     if changed:
         shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
@@ -145,7 +155,7 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
 
 
 def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
-              lanes: Lanes | None) -> list[EvalResult]:
+              lanes: Lanes | None, width: int | None = None) -> list[EvalResult]:
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
@@ -174,13 +184,14 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         first.validate(pairs, extra, cfg.source)
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
-            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan)
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width)
     finally:
         lanes.close()
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
-         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan) -> list[EvalResult]:
+         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
+         width: int | None = None) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
@@ -220,7 +231,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
         out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
             f"{workers} worker(s), {len(pending) - len(to_build)} already built")
-    progress = Progress(out, len(pending), len(to_build))
+    progress = Progress(out, len(pending), len(to_build), width=width)
 
     def record(result: EvalResult) -> None:
         start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
@@ -229,8 +240,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         with lock:
             store.write(result)
             done[result.key] = result
-            progress.pair_done(f"[{len(done)}/{total}] {result.problem['id']} / {result.solution['name']}: "
-                               f"{_describe(result)}", result.status.value)
+            progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
 
     schedule = Schedule({id(r): i for i, r in enumerate(runs)})
     for run in runs:

@@ -54,6 +54,21 @@ from typing import Any, Iterable
 from . import REPO_ROOT
 
 MODES = ("auto", "required", "off")
+# A CPU run's memory, split so that its lane and a worker together never reach the OOM killer
+# (which took the lane: every pair of its problem then a crash, minutes later): an allocation
+# past its share fails where it is made, and says so (address-space limits, RLIMIT_AS).
+LANE_MEMORY_SHARE, WORKER_MEMORY_SHARE = 0.5, 0.4
+
+
+def physical_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def allocation_failed(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed (on the CPU: torch's 'can't allocate memory')."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" \
+        or "can't allocate memory" in text or "out of memory" in text.lower()
 UID_BASE, UID_SPAN = 0x6B000000, 1 << 24      # the sandboxed processes' uids (and gids): UID_BASE + n
 _SYS_LANDLOCK_CREATE_RULESET, _LANDLOCK_CREATE_RULESET_VERSION = 444, 1
 _PR_SET_CHILD_SUBREAPER = 36

@@ -161,11 +161,41 @@ def select(entries: list[Entry], *, keep_all: bool = False, problem: str | None 
     if keep_all:
         return chosen
     latest: dict[tuple[str, str, str], Entry] = {}
-    for e in chosen:
+    for e in sorted(chosen, key=lambda e: (e.result.finished_at, e.result.run_id)):
         old = latest.get(e.key)
-        if old is None or (e.result.finished_at, e.result.run_id) > (old.result.finished_at, old.result.run_id):
-            latest[e.key] = e
+        if old is None or not (untimed(e.result) and timed(old.result) and same_sources(e.result, old.result)):
+            latest[e.key] = e  # later, unless it is an untimed pass of the sources a timed result has
     return list(latest.values())
+
+
+def timed(result: EvalResult) -> bool:
+    return (result.timing or {}).get("speedup") is not None
+
+
+def untimed(result: EvalResult) -> bool:
+    """Correct, with no speedup: a correctness-only run (check without --timing)."""
+    return correct(result) and not timed(result)
+
+
+def same_sources(a: EvalResult, b: EvalResult) -> bool:
+    def sources(r: EvalResult) -> tuple:
+        return r.problem.get("sha256", ""), r.solution.get("sources_sha256") or r.solution.get("sha256", "")
+    return sources(a) == sources(b) and all(sources(a))
+
+
+SNAPSHOTS = "snapshots"
+
+
+def own_runs(root: str | Path = "results") -> tuple[list[Path], list[Path]]:
+    """(the runs under `root` that a user made, the committed snapshots' runs under root/snapshots):
+    the leaderboard with no argument shows the first and names the second apart."""
+    root = Path(root)
+    if not root.is_dir():
+        return [], []
+    own = [d for d in sorted(root.iterdir()) if d.is_dir() and d.name != SNAPSHOTS and _is_run(d)]
+    snaps = root / SNAPSHOTS
+    snapshots = [d for d in sorted(snaps.iterdir()) if d.is_dir()] if snaps.is_dir() else []
+    return own, snapshots
 
 
 def correct(result: EvalResult) -> bool:

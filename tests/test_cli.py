@@ -11,10 +11,14 @@ FAST = str(FIXTURES / "configs" / "fast.yaml")
 
 
 def cli(*args, tmp_path):
+    """The exit code, stdout and stderr of run_eval.py; what it prints fits 120 columns (unless
+    --wide), and a message wrapped to fit is joined again here (its lines continue two columns in)."""
     env = dict(os.environ)
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), *args], capture_output=True, text=True,
                           cwd=REPO_ROOT, env=env, timeout=900)
-    return proc.returncode, proc.stdout, proc.stderr
+    if "--wide" not in args and not any(f in args for f in ("md", "csv", "json", "html")):  # formats stay whole
+        assert max(map(len, proc.stdout.splitlines()), default=0) <= 120, proc.stdout
+    return proc.returncode, proc.stdout.replace("\n  ", " "), proc.stderr
 
 
 def test_examples_family_on_cpu_exit_0_with_table(tmp_path):
@@ -137,5 +141,25 @@ def test_a_yaml_error_keeps_the_parsers_caret(tmp_path):
 def test_a_run_where_nothing_could_be_evaluated_says_what_to_run_here(tmp_path):
     rc, out, err = cli("--problem", "elementwise_add", "--solution", "cuda_add", "--config", FAST, "--results-dir",
                        str(tmp_path), tmp_path=tmp_path)
-    assert rc == 0, out + err
-    assert "no CUDA device: 1 pair(s) skipped. On this machine: `python run_eval.py check --device cpu`" in err
+    assert rc == 5, out + err  # nothing evaluated is neither a pass (0) nor a failure of a pair (1)
+    assert "no CUDA device: 1 pair(s) skipped. On this machine: `python run_eval.py check --device cpu`" in \
+        " ".join(err.split())
+
+
+def test_the_small_things_a_newcomer_met(tmp_path):
+    """A bad --set value is the command line's, not the config file's; an unknown key offers the
+    near ones and where every key is listed; a forward with the wrong signature is named by its
+    line; a CPU run's lines say no "TF32 off" (the CPU has no TF32); --help lists every exit code."""
+    rc, out, err = cli("--problem", "elementwise_add", "--set", "timing.min_samples=-5", tmp_path=tmp_path)
+    assert rc == 2 and err.startswith("error: command line: timing needs") and "default.yaml" not in err, err
+    rc, out, err = cli("--problem", "elementwise_add", "--set", "timing.min_sample=5", tmp_path=tmp_path)
+    assert rc == 2 and "did you mean 'timing.min_samples'" in err and "configs/default.yaml, docs/usage.md" in err
+    rc, out, err = cli("--problem", "elementwise_add", "--solution", str(FIXTURE_SOLUTIONS / "wrong_signature.py"),
+                       "--config", FAST, "--results-dir", str(tmp_path), "--run-id", "sig", tmp_path=tmp_path)
+    result = json.loads((tmp_path / "sig" / "elementwise_add__wrong_signature.json").read_text())
+    assert rc == 1 and result["status"] == "runtime_error"
+    assert "ModelNew.forward() takes 2 positional arguments but 3 were given at" in result["message"]
+    assert result["message"].endswith("tests/fixtures/solutions/wrong_signature.py:6"), result["message"]
+    rc, out, err = cli("--problem", "elementwise_add", "--solution", "cpp_add", "--config", FAST, "--results-dir",
+                       str(tmp_path), "--run-id", "cpu", tmp_path=tmp_path)
+    assert rc == 0 and "ms ref (" in out and "TF32" not in out, out

@@ -64,3 +64,23 @@ def test_every_shown_command_uses_flags_its_help_lists():
             if not re.search(rf"(^|[\s,\[]){re.escape(flag)}([\s,=\]]|$)", helps[sub], re.M):
                 wrong.append(f"{command!r}: {flag} is not in `run_eval.py {sub or ''} --help`")
     assert wrong == []
+
+
+def test_the_readme_help_and_check_agree_on_every_exit_code():
+    """Each exit code run_eval.py returns is in the README, in --help and in check --help."""
+    import run_eval
+    codes = {run_eval.OK, run_eval.FAILED, run_eval.BAD_INPUT, run_eval.CHECKOUT_CHANGED, run_eval.NOTHING_EVALUATED}
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    shown = {int(c) for c in re.findall(r"`(\d)`", readme[readme.index("Exit codes"):][:600])}
+    assert shown == codes, shown
+    for sub in (None, "check"):
+        text = " ".join(help_of(sub).split())
+        assert all(re.search(rf"\b{c}\b", text[text.lower().index("exit"):]) for c in codes), (sub, text[-800:])
+
+
+def test_the_readme_cpu_install_takes_the_cpu_wheel_from_pytorchs_index():
+    """From PyPI, `pip install torch` on Linux is the multi-GB CUDA build: the CPU line names
+    PyTorch's CPU index (CI keeps its local wheel, .ci/run)."""
+    install = (REPO_ROOT / "README.md").read_text().split("## Install", 1)[1].split("##", 1)[0]
+    cpu = [line for line in install.splitlines() if "torch==" in line]
+    assert cpu and all("--index-url https://download.pytorch.org/whl/cpu" in line for line in cpu), cpu

@@ -76,9 +76,13 @@ def test_step_summary_and_reasons():
 
 
 def check(*args, env=None):
+    """check's exit code and output, its messages joined from the lines they were wrapped into
+    (a terminal's 120 columns; continued two columns in)."""
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_eval.py"), "check", *args], capture_output=True,
                           text=True, cwd=REPO_ROOT, timeout=900, env={**os.environ, **(env or {})})
-    return proc.returncode, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert max(map(len, proc.stdout.splitlines()), default=0) <= 120 or "--wide" in args, proc.stdout
+    return proc.returncode, out.replace("\n  ", " ")
 
 
 def test_check_on_the_cpu(tmp_path):
@@ -93,7 +97,7 @@ def test_check_on_the_cpu(tmp_path):
     # the CUDA example cannot run here: not run is not passed, unless the gate is told to accept it
     rc, out = check("--problem", "elementwise_add", "--solution", "cuda_add", "--device", "cpu",
                     "--results-dir", str(tmp_path))
-    assert rc == 1 and "nothing was evaluated" in out and "compile-only" in out, out
+    assert rc == 5 and "nothing was evaluated" in out and "compile-only" in out, out  # its own exit code
     rc, out = check("--problem", "elementwise_add", "--solution", "cuda_add", "--device", "cpu",
                     "--results-dir", str(tmp_path), "--allow-skipped")
     assert rc == 0, out
@@ -158,8 +162,14 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     git("add", "-A")
     git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "gen")
     args = ("--problem", "elementwise_add", "--solution", str(folder / "gen.py"), "--device", "cpu", "--timing",
-            "--config", str(REPO_ROOT / "tests" / "fixtures" / "configs" / "fast.yaml"), "--baseline-rev", "HEAD")
-    rc, out = check(*args, "--results-dir", str(tmp_path / "r1"))
+            "--config", str(REPO_ROOT / "tests" / "fixtures" / "configs" / "fast.yaml"),
+            # 30 calls in 10 rounds a side: one call slowed by the 2-core machine moves no median
+            "--set", "timing.min_samples=30", "--set", "timing.max_samples=40", "--set", "timing.rounds=10",
+            "--baseline-rev", "HEAD")
+    # unchanged code: the two copies run in two worker processes, whose offset on a busy 2-core
+    # machine reached 2x here at times (the interval does not cover it yet: issue 46); this test
+    # holds the gate's mechanics, so it calls only a halving a regression
+    rc, out = check(*args, "--results-dir", str(tmp_path / "r1"), "--max-regression", "0.5")
     assert rc == 0 and "gen@" in out and "0 regression(s)" in out, out
     assert "compared: elementwise_add / gen: speedup" in out and "no change called" in out, out
     # the same kernel called 30 times per forward: slower by far more than the noise (no rebuild)

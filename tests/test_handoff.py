@@ -86,3 +86,19 @@ def test_cuda_ipc_views_of_another_process(tmp_path):
     finally:
         mine.send({"op": "ack"})
         proc.wait(timeout=60)
+
+
+def test_an_output_past_2_gib_crosses_as_bytes_on_the_cpu():
+    """A CPU tensor goes as raw bytes in the message's payload: 2 GiB and more (problem 57's output
+    is 2.2 GB) crossed as SystemError before (ctypes.string_at takes a C int)."""
+    import torch
+
+    from harness.handoff import Imports, export
+    big = torch.empty((1 << 29) + 3, dtype=torch.float32)  # 2 GiB + 12 bytes
+    big[:4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    big[-1] = 7.0
+    payload: list = []
+    meta = export(big, payload)
+    assert meta["kind"] == "bytes" and meta["nbytes"] == big.numel() * 4
+    view = Imports("cpu").tensor(meta, b"".join(payload))
+    assert view.shape == big.shape and view[:4].tolist() == [1.0, 2.0, 3.0, 4.0] and view[-1].item() == 7.0

@@ -195,3 +195,28 @@ def test_a_solution_file_that_differs_from_what_the_driver_hashed_is_not_evaluat
     [result] = evaluate([pair], cfg, run_id="edited", out=lambda line: None)
     assert result.status is Status.HARNESS_ERROR and "is not the file the run started with" in result.message
     assert str(solution) in result.message and result.phase == "judge"
+
+
+def test_a_reference_that_does_not_fit_the_machine_is_skipped_saying_so_and_the_lane_goes_on(tmp_path):
+    """A CPU lane's address space is its share of the machine's memory: a reference that needs
+    more fails in the lane, as its pair's own status (skipped, naming the memory), in seconds, and
+    the next pair is judged as usual."""
+    import time
+
+    from harness.config import load_config, with_overrides
+    from harness.problems import problem_from_path
+    from harness.runner import evaluate
+    from harness.solutions import Pair, solution_from_path
+    from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
+    pairs = [Pair(problem_from_path(FIXTURES / "problems" / "too_big.py"),
+                  solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py")),
+             Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py"))]
+    start = time.monotonic()
+    results = {r.problem["id"]: r for r in evaluate(pairs, cfg, run_id="big", out=lambda line: None)}
+    big = results["too_big"]
+    assert big.status.value == "skipped", big.message
+    assert "does not fit this machine's memory" in big.message and "can't allocate memory" in big.message
+    assert results["elementwise_add"].status.value == "ok", results["elementwise_add"].message
+    assert time.monotonic() - start < 300

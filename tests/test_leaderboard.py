@@ -30,3 +30,21 @@ def test_the_terminal_table_fits_120_columns_and_wide_shows_everything():
     wide = terminal_table(results, wide=True)
     assert "81_conv_transpose_2d_asymmetric_input_square_kernel___dilated____padded____strided__" in wide
     assert max(len(line) for line in wide.splitlines()) > 120
+
+
+def test_a_speedup_whose_interval_spans_more_than_2x_is_noisy_not_a_figure():
+    from harness.leaderboard import speedup_text
+    assert speedup_text(8.12, [0.30, 16.06]) == "noisy [0.30-16.06]"
+    assert speedup_text(2.04, [1.97, 2.08]) == "2.04x [1.97-2.08]"
+    assert speedup_text(1.5, None) == "1.50x" and speedup_text(None, [1, 3]) == "-"
+
+
+def test_the_speedup_lies_inside_its_own_interval():
+    """pipeline.speedup widens a bootstrap interval that misses the whole-sample ratio of medians."""
+    from harness.pipeline import speedup
+    ref = [[1.0], [1.0], [1.0], [9.0], [9.0]]
+    sol = [[1.0], [1.0], [1.0], [1.0], [1.0]]
+    timing = {"reference": {"median_ms": 5.0, "rounds": ref}, "solution": {"median_ms": 1.0, "rounds": sol}}
+    got = speedup(timing, "tf32", "fp32")
+    low, high = got["speedup_ci"]
+    assert low <= got["speedup"] <= high

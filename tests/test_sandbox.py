@@ -227,6 +227,21 @@ def test_the_red_team_on_a_cuda_run(tmp_path_factory):
     assert not any("died" in line for line in attacked["ran"]["lines"]), attacked["ran"]["lines"]
 
 
+def messages(text: str, start: str) -> list[str]:
+    """The messages of a command's output that begin with `start`, each joined from the lines it
+    was wrapped into (continued two columns in)."""
+    found, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(start):
+            more = []
+            for follow in lines[i + 1:]:
+                if not follow.startswith("  "):
+                    break
+                more.append(follow.strip())
+            found.append(" ".join([line, *more]))
+    return found
+
+
 def _run_add(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "run_eval.py", "--problem", "elementwise_add", "--solution", "cpp_add",
                            "--config", str(REPO_ROOT / "tests/fixtures/configs/fast.yaml"), "--results-dir",
@@ -241,7 +256,7 @@ def test_a_part_the_first_worker_cannot_start_with_is_left_out_once_with_one_lin
     once, naming the part and why, and every pair runs without it and records so."""
     proc = _run_add(tmp_path, env={"KB_SANDBOX_PROBE": "1", "KB_SANDBOX_PROBE_FAULT": "landlock"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning: sandbox")]
+    warnings = messages(proc.stdout, "warning: sandbox")
     assert len(warnings) == 1 and "running without Landlock's file rules (the lane's first sandboxed worker " \
                                   "failed with it: RuntimeError: KB_SANDBOX_PROBE_FAULT" in warnings[0], proc.stdout
     result = json.loads((tmp_path / "results" / "probe" / "elementwise_add__cpp_add.json").read_text())

@@ -141,3 +141,42 @@ def test_bad_input_is_named(runs, tmp_path, capsys):
     (only_corrupt / "a__b.json").write_text("{")
     assert main(["leaderboard", str(only_corrupt)]) == 2
     assert "no readable results (1 file(s) skipped)" in capsys.readouterr().err
+
+
+def test_an_untimed_pass_never_replaces_a_timed_result_of_the_same_sources(tmp_path):
+    """check without --timing records ok without a speedup: the board keeps the timed result of
+    the same problem and solution sources, and takes the untimed one only where the sources changed."""
+    timed = result("p1", "fast", H200, speedup=2.0, sources="same", run="t", finished="2026-11-01T00:00:00")
+    untimed = result("p1", "fast", H200, sources="same", run="u", finished="2026-11-02T00:00:00")
+    changed = result("p1", "fast", H200, sources="new", run="v", finished="2026-11-03T00:00:00")
+    for run_id, r in (("t", timed), ("u", untimed)):
+        Store(tmp_path / "results", run_id).write(r)
+    (chosen,) = standings.select(standings.gather([tmp_path / "results"]))
+    assert chosen.result.run_id == "t" and chosen.result.timing["speedup"] == 2.0
+    Store(tmp_path / "results", "v").write(changed)
+    (chosen,) = standings.select(standings.gather([tmp_path / "results"]))
+    assert chosen.result.run_id == "v"  # other sources: the newest verdict stands, untimed
+
+
+def test_skipped_pairs_are_listed_apart_from_incorrect_ones(tmp_path, capsys):
+    store = Store(tmp_path / "results", "r1")
+    for r in (result("p1", "fast", H200, speedup=2.0), result("p1", "wrong", H200, status="incorrect"),
+              result("p1", "cuda", H200, status="skipped")):
+        store.write(r)
+    assert main(["leaderboard", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    wrong, skipped = out.index("not correct:"), out.index("skipped (not run here):")
+    assert wrong < out.index("wrong  ") < skipped < out.index("cuda  ")
+    assert max(len(line) for line in out.splitlines()) <= 120
+
+
+def test_with_no_argument_the_board_shows_your_runs_and_names_the_snapshots(tmp_path, monkeypatch, capsys):
+    Store(tmp_path / "results", "mine").write(result("p1", "fast", H200, speedup=2.0, run="mine"))
+    Store(tmp_path / "results" / "snapshots" / "2026-11-24-h200", "snap").write(
+        result("p1", "fast", H100, speedup=9.0, run="snap"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["leaderboard"]) == 0
+    out, err = capsys.readouterr()
+    assert "mine" in out and H100 not in out and "snap" not in out
+    assert "snapshots (not on this board" in err and "results/snapshots/2026-11-24-h200" in err
+    assert main(["leaderboard", "results/snapshots"]) == 0 and H100 in capsys.readouterr().out
