@@ -109,7 +109,7 @@ class LimitsConfig:
     processes: int = 512       # processes and threads at once (binds root only in a user namespace)
     open_files: int = 4096
     file_size_mb: int = 8192   # the largest file it may write
-    memory_gb: float = 0.0     # CPU runs: its address space; 0 = 80% of the host's memory
+    memory_gb: float = 0.0     # CPU runs: its address space; 0 = 40% of the host's memory (its lane: 50%)
     user: str = "auto"         # who it runs as when the harness is root: auto (a uid of its own each), same, UID[:GID]
 
 
@@ -243,7 +243,7 @@ def validate(cfg: Config, where: str | None = None) -> Config:
     lim = cfg.limits
     if min(lim.processes, lim.open_files, lim.file_size_mb) < 1 or lim.memory_gb < 0:
         raise BadInput(where, "limits.processes, limits.open_files and limits.file_size_mb must be >= 1, "
-                              "limits.memory_gb >= 0 (0: 80% of the host's memory)")
+                              "limits.memory_gb >= 0 (0: 40% of the host's memory)")
     if lim.user not in ("auto", "same") and not re.fullmatch(r"\d+(:\d+)?", lim.user):
         raise BadInput(where, f"limits.user must be auto, same, UID or 'UID:GID' (quoted), got {lim.user!r}")
     return cfg
