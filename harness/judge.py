@@ -22,6 +22,7 @@ from .numerics import (classify, diagnose_parameters, explain_by_variants, float
                        rounded_tolerance, rounding_errors)
 from .precision import casts, loosest
 from .problems import construct, load_module, make_inputs
+from .sandbox import allocation_failed
 
 
 SHARED_ROUNDING_NUMEL = 1 << 20
@@ -200,7 +201,9 @@ class PairJudgement:
                 ref["model64"] = False
         try:
             truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
-        except torch.OutOfMemoryError:  # the cache may hold the memory: once more without it
+        except Exception as exc:  # out of memory (on the CPU: a failed allocation): once more without the cache
+            if not allocation_failed(exc):
+                raise
             self.judge.cache.clear()
             self.judge.release(force=True)
             truth, precision = ground_truth(ref["model"], inputs, self.problem.device, ref["model64"] or None)
@@ -217,7 +220,9 @@ class PairJudgement:
         the solution's fault; seen on an 80 GB H100 with KernelBench's 6.4 GB softmax)."""
         try:
             return classify(out, truth, expected_dtype, tolerances)
-        except torch.OutOfMemoryError:
+        except Exception as exc:  # noqa: BLE001 - out of memory only
+            if not allocation_failed(exc):
+                raise
             self.judge.cache.clear()
             self.judge.release(force=True)
         try:

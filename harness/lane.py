@@ -100,10 +100,12 @@ class Lane:
         self.refs: dict[tuple, dict[str, Any]] = {}
 
     def cache_bytes(self, fraction: float) -> int:
-        """`fraction` of the device's memory (of the host's on the CPU)."""
+        """`fraction` of the device's memory (on the CPU, of what this lane may use: limit_memory)."""
         if self.device == "cuda":
             return int(fraction * self.info.get("memory_bytes", 0))
-        return int(fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return int(fraction * (limit if limit != resource.RLIM_INFINITY else sandbox.physical_memory_bytes()))
 
     # -- the reference's timings, once per problem ------------------------------------------------
     def references(self, problem, job: dict[str, Any], gpu: dict[str, Any]) -> tuple[dict, float, dict, bool]:
