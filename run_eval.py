@@ -135,6 +135,9 @@ def leaderboard_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the speedups (matplotlib)")
     p.add_argument("--out", metavar="DIR", help="write every format and the plot into DIR")
     p.add_argument("--wide", action="store_true", help="the text board in full (wider than 120 columns)")
+    p.add_argument("--include-degenerate", action="store_true",
+                   help="count results of degenerate problems (flag degenerate_problem: output independent of the "
+                        "inputs) in the summary's rates and geometric means")
     return p
 
 
@@ -158,7 +161,7 @@ def cmd_leaderboard(argv: list[str]) -> int:
     chosen = standings.select(entries, keep_all=args.all, problem=args.problem, solution=args.solution, gpu=args.gpu)
     if not chosen:
         raise BadInput("leaderboard", "no result matches --problem/--solution/--gpu")
-    data = leaderboard.board_data(standings.boards(chosen), standings.summarize(chosen))
+    data = leaderboard.board_data(standings.boards(chosen), standings.summarize(chosen, args.include_degenerate))
     texts = {"text": lambda: leaderboard.board_text(data, "text", wide=args.wide),
              "md": lambda: leaderboard.board_text(data, "md"),
              "csv": lambda: leaderboard.board_csv(data) + "\n" + leaderboard.summary_csv(data),

@@ -59,7 +59,9 @@ class ChecksConfig:
     library_passthrough: str = "flag"   # flag | fail: GPU time dominated by library kernels
     library_share: float = 0.5          # share of the solution's GPU time that counts as dominated
     timing_consistency: str = "flag"    # flag | fail: CUDA-event time far below wall time
-    timed_output_checks: int = 2        # timed calls (fresh inputs, in place) whose outputs are checked
+    below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/checks.py)
+    timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
+    secret_timed_checks: str = "auto"   # on: every timed call handed over alike | off: the last ones | auto
     poison: bool = True                 # fill the allocator's free memory with NaN before checked calls
 
 
@@ -215,11 +217,13 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         if not isinstance(shapes, list) or not all(isinstance(s, Mapping) and s for s in shapes):
             raise BadInput(where, f"correctness.extra_shapes.{key} must be a list of non-empty mappings "
                                   "(module-level constant -> value)")
-    for name in ("library_passthrough", "timing_consistency"):
+    for name in ("library_passthrough", "timing_consistency", "below_floor"):
         if getattr(k, name) not in ("flag", "fail"):
             raise BadInput(where, f"checks.{name} must be 'flag' or 'fail', got {getattr(k, name)!r}")
     if not 0 < k.library_share <= 1 or k.timed_output_checks < 0:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
+    if k.secret_timed_checks not in ("auto", "on", "off"):
+        raise BadInput(where, f"checks.secret_timed_checks must be auto, on or off, got {k.secret_timed_checks!r}")
     if t.warmup < 0 or t.min_samples < 1 or t.max_samples < t.min_samples:
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
     if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:

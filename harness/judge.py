@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -118,12 +119,55 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
+class TimedSample:
+    """Which timed calls are judged when every timed call is handed over alike
+    (checks.secret_timed_checks): a uniform sample of `k` of them, by reservoir sampling from the
+    operating system's randomness, drawn here in the lane; the worker never holds it, and the
+    result names the calls only after the last one. Each output is taken the same way, whether
+    it is kept or not: checked for aliasing and written inputs, then copied into one of k + 1
+    buffers made at the first call (k kept, one scratch), so a handoff's length says nothing.
+    Learning afterwards that a call was kept tells nothing either: call i is kept with chance k/i
+    whatever became of the calls before it."""
+
+    def __init__(self, k: int):
+        self.k, self.seen = k, 0
+        self.rng = secrets.SystemRandom()
+        self.buffers: list[torch.Tensor] = []
+        self.kept: dict[int, "Taken"] = {}        # slot -> the call's Taken (its `out` is that slot's buffer)
+
+    def slot(self) -> int:
+        """Where the next call's output goes: one of the k kept slots, or k (the scratch)."""
+        self.seen += 1
+        if self.seen <= self.k:
+            return self.seen - 1
+        j = self.rng.randrange(self.seen)
+        return j if j < self.k else self.k
+
+    def store(self, taken: "Taken", view: torch.Tensor) -> None:
+        slot = self.slot()
+        if not self.buffers or self.buffers[0].shape != view.shape or self.buffers[0].dtype != view.dtype \
+                or self.buffers[0].device != view.device:
+            self.buffers = [torch.empty_like(view, memory_format=torch.contiguous_format) for _ in range(self.k + 1)]
+            self.kept.clear()  # another shape: the calls before it are not comparable (they were not kept)
+        self.buffers[slot].copy_(view)
+        if slot < self.k:
+            taken.out = self.buffers[slot]
+            taken.inputs = []  # drawn again from its seed when it is judged
+            self.kept[slot] = taken
+
+    def release(self) -> None:
+        self.buffers, self.kept = [], {}
+
+
 class PairJudgement:
     """The judgement of one pair's outputs, built up as the worker hands them over."""
 
     def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-                 run: str = "fp32"):
+                 run: str = "fp32", sample: int | None = None):
+        """`sample`: judge a secret sample of this many timed calls (TimedSample); None: every
+        timed output handed over, as it comes."""
         self.judge, self.problem, self.seeds = judge, problem, seeds
+        self.sample = TimedSample(sample) if sample is not None else None
         self.run, self.dtype = run, casts(run)  # the run's precision; the dtype it casts to (None: none)
         self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
         self.tolerances = tolerances
@@ -174,7 +218,10 @@ class PairJudgement:
                     taken.problem = f"input {i} was modified by the call (forward must not write to its inputs)"
                     return taken
             taken.inputs = fresh
-            taken.out = snapshot(view, device)
+            if entry.get("kind") == "timed" and self.sample is not None:
+                self.sample.store(taken, view)  # kept or not, the same work
+            else:
+                taken.out = snapshot(view, device)
             del view, inputs_after
         return taken
 
@@ -231,6 +278,23 @@ class PairJudgement:
             self.judge.release(force=True)
             self.on_host += 1
             return classify(out.cpu(), truth.cpu(), expected_dtype, tolerances)
+
+    def deferred(self, taken: Taken) -> bool:
+        """Whether `taken` waits for judge_sample (a timed output of the secret sample, refused
+        for nothing on the way in)."""
+        return self.sample is not None and taken.entry.get("kind") == "timed" and taken.problem is None
+
+    def judge_sample(self) -> None:
+        """After the last call: judge the timed outputs the sample kept, in call order."""
+        if self.sample is None:
+            return
+        for taken in sorted(self.sample.kept.values(), key=lambda t: t.entry["trial"]):
+            taken.inputs = self.problem.inputs(self._overrides(taken.entry["shape"]), taken.entry["seed"], self.dtype)
+            self.judge_output(taken)
+            taken.inputs = []
+            if not self.results[-1]["ok"]:
+                break
+        self.sample.release()
 
     def judge_output(self, taken: Taken) -> dict[str, Any]:
         entry = taken.entry
@@ -315,7 +379,12 @@ class PairJudgement:
             "rel_l2_error": max((r["rel_l2_error"] for r in numeric), default=None),
             "min_margin": min((r["margin"] for r in numeric), default=None),
             "checked": {"trials": sum(r["kind"] == "trial" for r in results),
-                        "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(self.seeds["shapes"])},
+                        "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(self.seeds["shapes"]),
+                        **({"timed_calls": self.sample.seen,
+                            "timed_rule": f"a uniform sample of {self.sample.k} of the timed calls, drawn in secret "
+                                          f"by the lane (every timed call handed over alike)"}
+                           if self.sample is not None else
+                           {"timed_rule": "the last checks.timed_output_checks calls after the timed ones"})},
             "truth": {"computed": self.truth_computed, "reused": self.truth_cached,
                       **({"compared_on_host": self.on_host} if self.on_host else {})},
             "outputs": results,
@@ -337,8 +406,8 @@ class Judge:
         return self.problems[sha256]
 
     def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-              run: str = "fp32") -> PairJudgement:
-        return PairJudgement(self, problem, seeds, tolerances, run)
+              run: str = "fp32", sample: int | None = None) -> PairJudgement:
+        return PairJudgement(self, problem, seeds, tolerances, run, sample)
 
     def sync(self) -> None:
         if self.device == "cuda":

@@ -32,6 +32,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from . import sandbox
@@ -39,7 +40,8 @@ from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, become_subreaper, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill, retire
-from .precision import casts, strict_backends, strict_role
+from .checks import dependence, floor
+from .precision import casts, classes, strict_backends, strict_role
 from .results import Status
 from .sandbox_check import check_sandbox, wanted
 
@@ -83,6 +85,8 @@ class Watch:
     rounds_s: float = 0.0                                     # the lane timing the reference's rounds
     timeout: tuple[float, str] | None = None                  # (limit, message)
     broken: str = ""                                          # a protocol violation
+    timed_calls: int = 0                                      # timed calls the worker announced
+    timed_outputs: int = 0                                    # timed outputs it handed over
 
 
 class Lane:
@@ -172,14 +176,40 @@ class Lane:
                 stats[role] = {**stats_of(samples, timer), "estimate": True}
                 gpu_s += (sum(samples) + sum(warmup_ms)) / 1e3
             out = model(*pool.live)
+            out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
+            out = None
+            depends = self._dependence(model, pool, job)
         if stats and strict not in stats:  # on the CPU there is no stricter setting
             stats[strict] = stats["reference"]
         io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
-        out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
-        pool = out = None  # the inputs' and output's memory goes back before any worker runs
+        pool = None  # the inputs' and output's memory goes back before any worker runs
         self.judge.release(force=True)
         return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "clock": clock, "gpu_s": gpu_s,
-                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes, "latest": {}}
+                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes, "latest": {},
+                "checks": {"dependence": depends, "floor": self.floor(out_bytes)}}
+
+    def _dependence(self, model, pool, job: dict[str, Any]) -> dict[str, Any]:
+        """The problem's dependence on its inputs (checks.dependence): the reference's outputs for
+        the timing pool's two independent draws, in the run's loosest class."""
+        if len(pool.pool) < 2:
+            return {"measured": False}
+        loosest = job["config"]["correctness"][classes(job["config"]["precision"])[-1]]
+        tolerance = SimpleNamespace(atol=loosest["atol"], rtol=loosest["rtol"], rel_l2=loosest["rel_l2"])
+        try:
+            first = model(*pool.pool[0])
+            return dependence((first, model(*pool.pool[1])), tolerance)
+        except Exception as exc:  # noqa: BLE001 - not measured (e.g. no room): no flag
+            return {"measured": False, "why": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+    def floor(self, out_bytes: int) -> dict[str, Any] | None:
+        """The least time a call with this output can take on this lane's device (checks.floor)."""
+        if self.device != "cuda":
+            return None
+        try:
+            import torch
+            return floor(out_bytes, torch.cuda.get_device_properties(0))
+        except Exception:  # noqa: BLE001 - a device that does not say: no floor
+            return None
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
@@ -240,9 +270,11 @@ class Lane:
                 w.events.append(message)
             elif event == "call":
                 what = message.get("what")
+                w.timed_calls += what in ("timed", "timed_check")
                 first = what in FIRST_CALLS or (what == "trial" and message.get("trial") == 0)
                 call = (now, limits["first_call_s"] if first else limits["call_s"], message)
             elif event in ("output", "state") and judgement is not None:
+                w.timed_outputs += event == "output" and message.get("kind") == "timed"
                 try:
                     self.take(spare, message, payload, judgement)
                 except ChannelClosed:
@@ -276,9 +308,9 @@ class Lane:
             else:
                 judgement.take_state(message, payload, self.device)
                 taken = None
-        if taken is not None:
+        if taken is not None and not judgement.deferred(taken):
             judgement.judge_output(taken)
-            del taken
+        del taken
         self.judge.release()
         spare.channel.send({"op": "ack"})
 

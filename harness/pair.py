@@ -17,15 +17,23 @@ from .isolation import Outcome
 from .pool import kill
 from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
 from .failures import failure, limit_hint
-from .pipeline import assemble, build_of, timing_of, verdict
+from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
 from .results import EvalResult, Status
+
+
+def every_timed_call(checks: dict[str, Any], device: str) -> bool:
+    """Whether every timed call is handed over alike, the lane judging a secret sample
+    (checks.secret_timed_checks; auto: on the CPU, and on CUDA once it is verified on a GPU)."""
+    mode = checks.get("secret_timed_checks", "auto")
+    return mode == "on" or (mode == "auto" and device == "cpu")
 
 
 def _request(job: dict[str, Any], mode: str, spare, hint_bytes: int = 0) -> dict[str, Any]:
     cfg = job["config"]
+    checks = {**cfg["checks"], "every_timed_call": every_timed_call(cfg["checks"], job["device"])}
     return {"mode": mode, "problem_path": job["problem_path"], "solution_path": job["solution_path"],
             "device": job["device"], "arch": job["arch"], "cache_dir": job["cache_dir"], "seeds": job["seeds"],
-            "timing": cfg["timing"], "checks": cfg["checks"], "hint_bytes": hint_bytes, "env": job["worker_env"],
+            "timing": cfg["timing"], "checks": checks, "hint_bytes": hint_bytes, "env": job["worker_env"],
             "precision": cfg["precision"], "prebuilt": stage_libraries(job, spare.scratch)}
 
 
@@ -190,9 +198,13 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
 
     ran_in: dict[str, Any] = {}
 
+    checks: dict[str, Any] = {}   # what the lane measured of the problem and the device (harness/checks.py)
+
     def result(status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
+        fields.setdefault("flags", problem_flags(checks))
         return assemble(job, status, message, detail, phase, phases=phases, gpu_s=spent["gpu_s"],
-                        own_s=job["build_s"] + time.monotonic() - start, env=env, sandbox=ran_in, **fields)
+                        own_s=job["build_s"] + time.monotonic() - start, env=env, sandbox=ran_in,
+                        problem_checks=dict(checks), **fields)
 
     changed = sources_changed(job)
     if changed:
@@ -212,6 +224,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
                     return result(Status.SKIPPED, does_not_fit("its float64 ground truth", exc), phase="reference")
         t0 = time.monotonic()
         refs, ref_gpu_s, entry, measured = lane.references(problem, job, gpu)
+        checks.update(entry.get("checks") or {})
         if measured:
             phases["reference_s"] = time.monotonic() - t0
             spent["gpu_s"] += ref_gpu_s
@@ -227,8 +240,10 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     limits = _limits(cfg, refs["reference"]["median_ms"] if refs else 0.0)
     max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
 
+    every = every_timed_call(cfg["checks"], job["device"])
     for attempt in (1, 2):
-        judgement = lane.judge.begin(problem, job["seeds"], tolerances, run)
+        judgement = lane.judge.begin(problem, job["seeds"], tolerances, run,
+                                     cfg["checks"]["timed_output_checks"] if every else None)
         rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results)) \
             if refs else None
         spare = lane.pool.take()
@@ -252,6 +267,10 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         if ran_in and without:  # what the run's sandbox goes without on this host, and why
             ran_in["without"] = without
         failed = failure(outcome, limit_hint(outcome))
+        if not failed and every and w.timed_calls != w.timed_outputs:  # only a patched worker skips one
+            failed = (Status.INCORRECT, f"the worker handed over {w.timed_outputs} output(s) of its {w.timed_calls} "
+                                        f"timed call(s): every timed call's output goes to the lane "
+                                        f"(checks.secret_timed_checks)", "", "timing")
         if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
             lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without
             lane.judge.release(force=True)
@@ -260,8 +279,20 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         break
     for key, seconds in w.phase_s.items():
         phases[key] = phases.get(key, 0.0) + seconds
+    sample_s = 0.0
+    if not failed:
+        t0 = time.monotonic()
+        try:
+            judgement.judge_sample()  # the timed outputs the lane kept, judged now that no call is left
+        except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
+            if lane.device == "cpu" and sandbox.allocation_failed(exc):
+                return result(Status.SKIPPED, does_not_fit("judging its output (the float64 ground truth)", exc),
+                              phase="judge")
+            return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
+                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
+        sample_s = time.monotonic() - t0
     phases["truth_s"] = judgement.truth_s
-    phases["judge_s"] = max(0.0, w.handoff_s - judgement.truth_s)
+    phases["judge_s"] = max(0.0, w.handoff_s + sample_s - judgement.truth_s)
     if w.rounds_s:
         phases["reference_s"] = phases.get("reference_s", 0.0) + w.rounds_s
     spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))
@@ -283,7 +314,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         return result(*failed, timing=timing, build=build)
     profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k not in ("event", "t")}
     t0 = time.monotonic()
-    status, message, phase, fields = verdict(job, judgement.report(), timing, profile)
+    status, message, phase, fields = verdict(job, judgement.report(), timing, profile, checks)
     phases["judge_s"] += time.monotonic() - t0
     return result(status, message, phase=phase, build=build, **fields)
 

@@ -19,6 +19,7 @@ from typing import Any
 from . import sandbox
 from .build import write_manifest
 from .config import Config
+from .checks import below_floor
 from .guards import timing_consistent
 from .timing import ratio_interval
 from .failures import failure, limit_hint
@@ -253,8 +254,15 @@ def speedup(timing: dict[str, Any], cls: str, run: str = "fp32", *, aa: bool = F
     return timing
 
 
-def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, Any]) -> tuple[list[str], list[str]]:
+def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, Any],
+             problem_checks: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
     flags, failures = [], []
+    if below_floor(timing, (problem_checks or {}).get("floor")):
+        flags.append("below_floor")
+        if checks.get("below_floor", "fail") == "fail":
+            failures.append("below_floor")
+    if ((problem_checks or {}).get("dependence") or {}).get("degenerate"):
+        flags.append("degenerate_problem")  # the problem's, on every result of it: it fails no solution
     if profile and profile.get("share", 0.0) > checks["library_share"]:
         flags.append("library_passthrough")
         if checks["library_passthrough"] == "fail":
@@ -270,9 +278,15 @@ def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, 
     return flags, failures
 
 
+def problem_flags(problem_checks: dict[str, Any] | None) -> tuple[str, ...]:
+    """The flags a result carries for its problem alone (whatever its status)."""
+    return ("degenerate_problem",) if ((problem_checks or {}).get("dependence") or {}).get("degenerate") else ()
+
+
 def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
-            profile: dict[str, Any]) -> tuple[Status, str, str, dict[str, Any]]:
-    """(status, message, phase, result fields) of a pair whose worker finished and was judged."""
+            profile: dict[str, Any], problem_checks: dict[str, Any] | None = None) -> tuple[Status, str, str, dict[str, Any]]:
+    """(status, message, phase, result fields) of a pair whose worker finished and was judged;
+    `problem_checks`: what the lane measured of the problem and the device (harness/checks.py)."""
     weights = report.get("weight_diagnostics") or []
     if not report["ok"]:
         failed = report["failed"] or {}
@@ -281,11 +295,12 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
         message = f"{where}: {report['message']}"
         if weights:
             message = f"weights differ from the reference ({'; '.join(weights)}); then {message}"
-        return Status.INCORRECT, message, "judge", {"timing": timing, "correctness": report, "profile": profile}
+        return Status.INCORRECT, message, "judge", {"timing": timing, "correctness": report, "profile": profile,
+                                                    "flags": problem_flags(problem_checks)}
     cls = report["precision"]
     timing = speedup(timing, cls, job["config"]["precision"], aa=job["solution"].get("kind") == "reference",
                      confidence=job["config"]["timing"].get("confidence", 0.95), seed=job["seeds"]["base"])
-    flags, failures = flags_of(job["config"]["checks"], timing, profile)
+    flags, failures = flags_of(job["config"]["checks"], timing, profile, problem_checks)
     message = f"{cls} class; {report['message']}"
     if weights:
         message += f"; note: weights differ from the reference ({'; '.join(weights)})"
@@ -296,5 +311,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
     status = Status.REJECTED if failures else Status.OK
     if failures:
         message = f"rejected ({', '.join(failures)}): {message}"
+    floor_line = below_floor(timing, (problem_checks or {}).get("floor"))
+    if floor_line:
+        message += f"; {floor_line}"
     return status, message, "done", {"timing": timing, "correctness": report, "profile": profile,
                                      "flags": tuple(flags)}

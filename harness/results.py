@@ -18,6 +18,10 @@ Schema history (bump SCHEMA_VERSION on any incompatible change):
   6  `sandbox`: the sandbox the pair's solution code ran in (harness/sandbox.py): its mode and
      the mechanisms active ({} where none was reported: a pair that never started a worker).
      Versions 2-5 are read with an empty sandbox.
+  7  `problem_checks`: what the lane measured of the problem and the device (harness/checks.py):
+     the reference's dependence on its inputs (`dependence`) and the physical floor of a call
+     (`floor`); the flags degenerate_problem and below_floor; correctness.checked.timed_calls
+     and timed_rule (the secret sample of timed calls). Versions 2-6 are read with none.
 """
 from __future__ import annotations
 
@@ -26,8 +30,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (2, 3, 4, 5, 6)
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (2, 3, 4, 5, 6, 7)
 
 # The keys of EvalResult.phases, in seconds: where the pair's own wall time went. `wall_s` is the
 # pair's time (its build step, its evaluation, its store); `gpu_s` the time the device spent in
@@ -102,6 +106,7 @@ class EvalResult:
     duration_s: float = 0.0          # the pair's own time (phases["wall_s"])
     precision: str = "fp32"          # the run's precision: the dtype of both models and the inputs
     sandbox: Mapping[str, Any] = field(default_factory=dict)  # mode, active mechanisms, notes (harness/sandbox.py)
+    problem_checks: Mapping[str, Any] = field(default_factory=dict)  # dependence, floor (harness/checks.py)
     schema_version: int = SCHEMA_VERSION
 
     @property

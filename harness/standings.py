@@ -243,13 +243,19 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def summarize(entries: list[Entry]) -> list[dict[str, Any]]:
+def degenerate(result: EvalResult) -> bool:
+    """A result of a problem whose output does not depend enough on its inputs (harness/checks.py)."""
+    return "degenerate_problem" in result.flags
+
+
+def summarize(entries: list[Entry], include_degenerate: bool = False) -> list[dict[str, Any]]:
     """Per (solution set, GPU): problems attempted, fast_p for each p (fast_0 = correct rate), the
     geometric mean of the speedup over correct pairs, each of them per precision class, and for
-    sets with samples pass@k, fast_p@k and each problem's best sample."""
+    sets with samples pass@k, fast_p@k and each problem's best sample. Results of degenerate
+    problems (flag degenerate_problem) count in none of it unless `include_degenerate`."""
     groups: dict[tuple[str, str], dict[str, list[EvalResult]]] = {}
     for e in entries:
-        if e.result.status is Status.SKIPPED:
+        if e.result.status is Status.SKIPPED or (degenerate(e.result) and not include_degenerate):
             continue
         name, _ = sample_of(e.result.solution["name"])
         groups.setdefault((name, board_of(e.result)), {}).setdefault(e.result.problem["id"], []).append(e.result)

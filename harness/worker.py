@@ -228,19 +228,40 @@ class Worker:
         """Time `model` on inputs refreshed in place from a pool of fresh input sets, in rounds:
         before each round the lane times a block of the reference (this process waits, stopped),
         then this process times a block of the solution, so that both see the same machine. The
-        number of calls follows the stopping rule for the call's time in the warm-up. The last
-        `checks.timed_output_checks` timed calls run on poisoned memory and their outputs are
-        handed to the lane."""
+        number of calls follows the stopping rule for the call's time in the warm-up.
+
+        Which timed calls are checked (harness/judge.py TimedSample): with the request's
+        `every_timed_call` (checks.secret_timed_checks), every timed call, warm-up included, runs
+        on poisoned memory and hands its output to the lane, which judges a sample of them it drew
+        in secret: from here a checked call and an unchecked one are the same. Otherwise
+        `checks.timed_output_checks` calls after the timed ones are, and only they."""
         t = self.req["timing"]
+        checks = self.req["checks"]
+        every = bool(checks.get("every_timed_call"))
         seeds = self.req["seeds"]["timing"]
         pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in seeds])
-        state: dict[str, Any] = {"out": None}
+        state: dict[str, Any] = {"out": None, "n": 0}
 
         def call() -> None:
             state["out"] = None
             state["out"] = model(*pool.live)
 
+        def checked_call(what: str) -> float:
+            """One call as the lane may check it: poisoned memory before, its output handed over after."""
+            index = pool.refresh()
+            state["out"] = None
+            if checks["poison"]:
+                poison_free_memory(self.device, self.hint_bytes)
+            state["n"] += 1
+            self.call(what, trial=state["n"])
+            ms = timer(call)
+            self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=state["n"], seed=seeds[index])
+            state["out"] = None
+            return ms
+
         def timed() -> float:
+            if every:
+                return checked_call("timed")
             pool.refresh()
             self.call("timed")
             return timer(call)
@@ -255,15 +276,9 @@ class Worker:
         samples = [x for block in blocks for x in block]
         self.gpu["timed_s"] += sum(samples) / 1e3
         self.gpu["warmup_s"] += sum(warmup_ms) / 1e3
-        for i in range(self.req["checks"]["timed_output_checks"]):
-            index = pool.refresh()
-            if self.req["checks"]["poison"]:
-                state["out"] = None
-                poison_free_memory(self.device, self.hint_bytes)
-            self.call("timed_check", trial=i)
-            self.gpu["checked_s"] += timer(call) / 1e3
-            self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=i, seed=seeds[index])
-            state["out"] = None
+        if not every:
+            for _ in range(checks["timed_output_checks"]):
+                self.gpu["checked_s"] += checked_call("timed_check") / 1e3
         return {**stats_of(samples, timer), "rounds": [[round(x, 5) for x in block] for block in blocks]}
 
     def profile(self, model, problem) -> None:

@@ -39,7 +39,8 @@ def test_fp32_kernel_is_fp32_class(run):
     r = add(run, "cpp_ok")
     assert r.status is Status.OK and r.correctness["precision"] == "fp32"
     assert r.timing["baseline"] == "reference_fp32" and not r.flags
-    assert r.correctness["checked"] == {"trials": 2, "timed": 2, "shapes": 1}
+    checked = r.correctness["checked"]
+    assert (checked["trials"], checked["shapes"]) == (2, 1) and checked["timed"] == min(6, checked["timed_calls"])
 
 
 def test_tf32_kernel_is_tf32_class(run):

@@ -1,0 +1,83 @@
+"""What the lane measures of a problem and of its device, for every pair of it (issue 45):
+
+  - `dependence`: whether the reference's output depends on its inputs enough that a right output
+    can be told from a cheap one. Its outputs for two independent input draws are compared as a
+    solution's output is, in the loosest class of the run: where the second would pass for the
+    first, where one fixed output (their expected value) would lie within the class's rel L2 bound
+    of both, or where an output is constant or zero, the problem is `degenerate_problem` (KernelBench's
+    level-2 problems 80 and 83 always output zero; 36 outputs its bias whatever the input; on
+    10, 42, 44 and 91 another input's output passes KernelBench's own check). Every result of it
+    is flagged, and its speedups are left out of geometric means by default.
+  - `floor`: the least time a call can take on this device: its output written at the device's
+    peak memory bandwidth (from its properties: memory clock x bus width x 2), the part that can
+    sit in L2 left out. A solution measured faster is `below_floor` (checks.below_floor: flag|fail).
+
+Both are plain data in each result's `problem_checks`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def dependence(outputs: tuple[Any, Any], tolerance) -> dict[str, Any]:
+    """The reference's outputs for two independent input draws: their relative L2 difference,
+    whether either is constant or zero, whether the second passes for the first at `tolerance`
+    (the run's loosest class), and the verdict `degenerate`."""
+    import torch
+
+    from .numerics import compare
+    a, b = outputs
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape or not a.numel():
+        return {"measured": False}
+    a64, b64 = a.detach().double(), b.detach().double()
+    norm = float(torch.linalg.vector_norm(a64))
+    rel_l2 = float(torch.linalg.vector_norm(a64 - b64)) / norm if norm else float("inf") if (a64 != b64).any() else 0.0
+    zero = bool((a64 == 0).all() and (b64 == 0).all())
+    constant = bool(a64.min() == a64.max() and b64.min() == b64.max())
+    passes = bool(compare(b, a64, b.dtype, tolerance, explain=False).ok)
+    # one fixed output, the reference's expected output, lies rel_l2 / sqrt(2) from each draw's
+    # (two independent draws differ by sqrt(2) x their spread): within the class's bound, a
+    # solution that ignores its inputs could pass
+    fixed = rel_l2 / math.sqrt(2) <= tolerance.rel_l2
+    why = ("its output is zero for both inputs" if zero else "its output is constant for both inputs" if constant
+           else f"its output for another input passes for this one (rel L2 {rel_l2:.2g})" if passes
+           else f"one fixed output would lie within the class's rel L2 bound of every input's (two inputs' outputs "
+                f"differ by rel L2 {rel_l2:.2g}, {rel_l2 / math.sqrt(2):.2g} from their mean; bound "
+                f"{tolerance.rel_l2:.2g})" if fixed else "")
+    return {"measured": True, "rel_l2": rel_l2, "zero": zero, "constant": constant, "another_input_passes": passes,
+            "fixed_output_passes": fixed, "degenerate": bool(why), "why": why}
+
+
+def peak_bandwidth(properties) -> float | None:
+    """Bytes per second the device's memory can move at most, from its properties (CUDA:
+    memory_clock_rate in kHz, memory_bus_width in bits, double data rate); None where unknown."""
+    clock = getattr(properties, "memory_clock_rate", None)
+    width = getattr(properties, "memory_bus_width", None)
+    if not clock or not width:
+        return None
+    return 2.0 * float(clock) * 1e3 * float(width) / 8.0
+
+
+def floor(out_bytes: int, properties) -> dict[str, Any] | None:
+    """The least time (ms) a call whose output is `out_bytes` takes on a device with these
+    properties, or None where it cannot be told (no bandwidth, or an output that fits in L2)."""
+    bandwidth = peak_bandwidth(properties)
+    l2 = int(getattr(properties, "L2_cache_size", 0) or 0)
+    if not bandwidth or out_bytes <= l2:
+        return None
+    return {"ms": (out_bytes - l2) / bandwidth * 1e3, "out_bytes": int(out_bytes), "l2_bytes": l2,
+            "peak_bandwidth_tb_s": round(bandwidth / 1e12, 3)}
+
+
+def below_floor(timing: dict[str, Any], floor_: dict[str, Any] | None) -> str:
+    """'' or the line that says a measured time lies below the physical floor."""
+    if not floor_ or "solution" not in timing:
+        return ""
+    ms = timing["solution"]["median_ms"]
+    if ms >= floor_["ms"]:
+        return ""
+    return (f"measured {ms:.4g} ms a call, below the floor of {floor_['ms']:.4g} ms: its output "
+            f"({floor_['out_bytes'] / 1e6:.1f} MB, {floor_['l2_bytes'] / 1e6:.0f} MB of it allowed for in L2) "
+            f"cannot be written that fast at the device's peak memory bandwidth "
+            f"({floor_['peak_bandwidth_tb_s']} TB/s)")

@@ -1,0 +1,87 @@
+"""Checked and timed calls that look the same (issue 45): every timed call hands its output to
+the lane, which judges a sample it drew in secret (harness/judge.py TimedSample). Fixtures that
+compute only when they believe a call is checked (a call counter, the gap between calls, input
+pointers and versions, Python's GC, the allocator, the stream, a mix) all fail; an honest one
+passes; the sample is uniform and has the size the config asks for."""
+import collections
+
+import pytest
+import torch
+
+from harness.config import load_config, with_overrides
+from harness.judge import Taken, TimedSample
+from harness.problems import problem_from_path
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+BELIEVERS = ["cheat_believes_counter", "cheat_believes_gap", "cheat_believes_inputs", "cheat_believes_gc",
+             "cheat_believes_allocator", "cheat_believes_stream", "cheat_believes_mix"]
+
+
+def test_the_sample_is_uniform_over_the_calls_and_has_k_of_them():
+    counts = collections.Counter()
+    view = torch.zeros(4)
+    for _ in range(3000):
+        sample = TimedSample(6)
+        for n in range(1, 21):
+            sample.store(Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}), view)
+        assert len(sample.kept) == 6 and len(sample.buffers) == 7
+        counts.update(t.entry["trial"] for t in sample.kept.values())
+    expected = 3000 * 6 / 20
+    assert all(abs(counts[n] - expected) < 0.15 * expected for n in range(1, 21)), counts  # 900 +- 135
+
+
+def test_every_call_is_taken_the_same_way_kept_or_not():
+    sample = TimedSample(2)
+    view = torch.arange(4.0)
+    kept = []
+    for n in range(1, 9):
+        taken = Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}, inputs=[view])
+        sample.store(taken, view * n)
+        kept.append(taken.out is not None)
+    assert len(sample.buffers) == 3 and sum(t.out is not None for t in sample.kept.values()) == 2
+    for taken in sample.kept.values():
+        assert torch.equal(taken.out, view * taken.entry["trial"]) and taken.inputs == []
+
+
+def _run(tmp_path, names, **overrides):
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "timing.min_samples": 16, "timing.max_samples": 20,
+                          "timing.rounds": 4, **overrides})
+    problem = problem_from_path(ADD_PROBLEM)
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in names]
+    return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="timed-checks", out=lambda line: None)}
+
+
+def test_a_solution_that_computes_only_when_it_believes_it_is_checked_fails(tmp_path):
+    """Every timed call checked (a sample as large as the calls): each believer returns a stale
+    output on about half of them and is caught; the honest solution passes, every timed call of
+    its handed over and the checked ones named in its result."""
+    got = _run(tmp_path, BELIEVERS + ["cpp_ok"], **{"checks.timed_output_checks": 100,
+                                                     "checks.secret_timed_checks": "on"})
+    for name in BELIEVERS:
+        assert got[name].status is Status.INCORRECT, (name, got[name].message)
+        assert got[name].message.startswith("timed "), (name, got[name].message)
+    honest = got["cpp_ok"]
+    assert honest.status is Status.OK, honest.message
+    checked = honest.correctness["checked"]
+    assert checked["timed"] == checked["timed_calls"] >= 17 and "in secret" in checked["timed_rule"]
+
+
+def test_the_default_sample_is_six_calls_drawn_in_secret_and_off_keeps_the_trailing_checks(tmp_path):
+    got = _run(tmp_path, ["cpp_ok"])
+    checked = got["cpp_ok"].correctness["checked"]
+    assert checked["timed"] == 6 and checked["timed_calls"] >= 17, checked
+    got = _run(tmp_path / "off", ["cpp_ok"], **{"checks.secret_timed_checks": "off"})
+    checked = got["cpp_ok"].correctness["checked"]
+    assert checked["timed"] == 6 and "timed_calls" not in checked and "last" in checked["timed_rule"], checked
+
+
+@pytest.mark.gpu
+def test_the_believers_fail_on_a_cuda_run(tmp_path):
+    got = _run(tmp_path, BELIEVERS + ["cpp_ok"], device="cuda",
+               **{"checks.timed_output_checks": 100, "checks.secret_timed_checks": "on"})
+    for name in BELIEVERS:
+        assert got[name].status is Status.INCORRECT, (name, got[name].message)
