@@ -164,8 +164,8 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
         return value
     if key == "gpus" and value == "all":
         return 0
-    if key == "sandbox" and value is False:  # YAML 1.1 reads a bare `off` as false
-        return "off"
+    if typ is str and isinstance(value, bool):  # YAML 1.1 reads a bare on/off (yes/no) as a boolean
+        return "on" if value else "off"
     if key == "limits.user" and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if typ in (int, float, str) and isinstance(value, typ) and not isinstance(value, bool):

@@ -85,3 +85,15 @@ def test_numerics_and_checks_keys_validated(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(BadInput, match=message):
         load_config(path)
+
+
+@pytest.mark.parametrize("key, word, expected", [("sandbox", "off", "off"), ("checks.secret_timed_checks", "off", "off"),
+                                                 ("checks.secret_timed_checks", "on", "on")])
+def test_a_bare_on_or_off_is_the_word_yaml_read_as_a_boolean(key, word, expected):
+    """YAML 1.1 reads `off` as false: `--set checks.secret_timed_checks=off` failed on the H200
+    ('must be str, got bool False') as `--set sandbox=off` once did."""
+    cfg = with_overrides(load_config(None), dict([parse_override(f"{key}={word}")]))
+    section, _, name = key.rpartition(".")
+    assert getattr(getattr(cfg, section) if section else cfg, name) == expected
+    with pytest.raises(BadInput, match="auto, on or off"):
+        with_overrides(cfg, dict([parse_override("checks.secret_timed_checks=yes_please")]))
