@@ -61,7 +61,7 @@ class ChecksConfig:
     timing_consistency: str = "flag"    # flag | fail: CUDA-event time far below wall time
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/checks.py)
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
-    secret_timed_checks: str = "auto"   # auto, on: every timed call handed over alike | off: the last ones
+    secret_timed_checks: str = "auto"   # on: every timed call handed over alike | off: the last ones | auto
     poison: bool = True                 # fill the allocator's free memory with NaN before checked calls
 
 
