@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -127,12 +128,19 @@ class TimedSample:
     it is kept or not: checked for aliasing and written inputs, then copied into one of k + 1
     buffers made at the first call (k kept, one scratch), so a handoff's length says nothing.
     Learning afterwards that a call was kept tells nothing either: call i is kept with chance k/i
-    whatever became of the calls before it."""
+    whatever became of the calls before it.
 
-    def __init__(self, k: int):
+    With `spill_dir` (CPU lanes), the k + 1 buffers are files there, written the same way for
+    every call, and a kept output is read back only when it is judged: k + 1 copies of an output
+    of hundreds of megabytes would otherwise take the memory the float64 truth needs (problem 69
+    on a 24 GB machine was skipped for it)."""
+
+    def __init__(self, k: int, spill_dir: Path | None = None):
         self.k, self.seen = k, 0
         self.rng = secrets.SystemRandom()
+        self.spill_dir = spill_dir
         self.buffers: list[torch.Tensor] = []
+        self.spilled: dict[int, tuple[Path, tuple, torch.dtype]] = {}  # slot -> its file, shape and dtype
         self.kept: dict[int, "Taken"] = {}        # slot -> the call's Taken (its `out` is that slot's buffer)
 
     def slot(self) -> int:
@@ -145,6 +153,9 @@ class TimedSample:
 
     def store(self, taken: "Taken", view: torch.Tensor) -> None:
         slot = self.slot()
+        if self.spill_dir is not None and view.device.type == "cpu":
+            self._spill(slot, taken, view)
+            return
         if not self.buffers or self.buffers[0].shape != view.shape or self.buffers[0].dtype != view.dtype \
                 or self.buffers[0].device != view.device:
             self.buffers = [torch.empty_like(view, memory_format=torch.contiguous_format) for _ in range(self.k + 1)]
@@ -155,8 +166,39 @@ class TimedSample:
             taken.inputs = []  # drawn again from its seed when it is judged
             self.kept[slot] = taken
 
+    def _spill(self, slot: int, taken: "Taken", view: torch.Tensor) -> None:
+        shape = (tuple(view.shape), view.dtype)
+        if any(known[1:] != shape for known in self.spilled.values()):
+            self.kept.clear()  # another shape: the calls before it are not comparable (they were not kept)
+            self.spilled.clear()
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        path = self.spill_dir / f"slot-{slot}.bin"
+        data = view.detach().contiguous()
+        with open(path, "wb") as f:
+            if data.numel():
+                f.write(memoryview(data.reshape(-1).view(torch.uint8).numpy()))
+        self.spilled[slot] = (path, *shape)
+        if slot < self.k:
+            taken.out = None
+            taken.inputs = []
+            self.kept[slot] = taken
+
+    def output_of(self, taken: "Taken") -> torch.Tensor:
+        """A kept call's output: its buffer, or its file read back."""
+        if taken.out is not None:
+            return taken.out
+        slot = next(s for s, t in self.kept.items() if t is taken)
+        path, shape, dtype = self.spilled[slot]
+        numel = math.prod(shape)
+        if not numel:
+            return torch.empty(shape, dtype=dtype)
+        return torch.from_file(str(path), shared=False, size=numel, dtype=dtype).view(shape)
+
     def release(self) -> None:
         self.buffers, self.kept = [], {}
+        for path, *_ in self.spilled.values():
+            path.unlink(missing_ok=True)
+        self.spilled = {}
 
 
 class PairJudgement:
@@ -167,7 +209,7 @@ class PairJudgement:
         """`sample`: judge a secret sample of this many timed calls (TimedSample); None: every
         timed output handed over, as it comes."""
         self.judge, self.problem, self.seeds = judge, problem, seeds
-        self.sample = TimedSample(sample) if sample is not None else None
+        self.sample = TimedSample(sample, judge.spill_dir) if sample is not None else None
         self.run, self.dtype = run, casts(run)  # the run's precision; the dtype it casts to (None: none)
         self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
         self.tolerances = tolerances
@@ -289,9 +331,12 @@ class PairJudgement:
         if self.sample is None:
             return
         for taken in sorted(self.sample.kept.values(), key=lambda t: t.entry["trial"]):
+            taken.out = self.sample.output_of(taken)
             taken.inputs = self.problem.inputs(self._overrides(taken.entry["shape"]), taken.entry["seed"], self.dtype)
             self.judge_output(taken)
             taken.inputs = []
+            if self.sample.spill_dir is not None:
+                taken.out = None  # read back for its judgement only
             if not self.results[-1]["ok"]:
                 break
         self.sample.release()
@@ -394,8 +439,10 @@ class PairJudgement:
 class Judge:
     """A lane's problems and ground-truth cache, for the whole run."""
 
-    def __init__(self, device: str, cache_bytes: int):
+    def __init__(self, device: str, cache_bytes: int, spill_dir: Path | None = None):
+        """`spill_dir`: where a CPU lane keeps a secret sample's outputs (TimedSample)."""
         self.device = device
+        self.spill_dir = spill_dir
         self.cache = TruthCache(cache_bytes)
         self.rounding: dict[tuple, dict[str, float] | None] = {}  # output key -> numerics.rounding_errors
         self.problems: dict[str, ProblemState] = {}

@@ -99,7 +99,8 @@ class Lane:
                             "node": socket.gethostname()}
         if "gpu_name" in info:
             self.env["gpu_name"] = info["gpu_name"]  # the GPU that measured, whatever the run's first lane had
-        self.judge = Judge(self.device, self.cache_bytes(0.3))
+        self.judge = Judge(self.device, self.cache_bytes(0.3),
+                           spill_dir=work_dir / "sample" if self.device == "cpu" else None)
         self.sandbox_plan = (pool.sandboxed or {}).get("plan", {})
         self.refs: dict[tuple, dict[str, Any]] = {}
 

@@ -46,6 +46,29 @@ def test_every_call_is_taken_the_same_way_kept_or_not():
         assert torch.equal(taken.out, view * taken.entry["trial"]) and taken.inputs == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_a_cpu_lanes_sample_is_kept_in_files_written_alike_and_read_back_exactly(tmp_path, dtype):
+    """A CPU lane keeps the k + 1 buffers as files (an output of hundreds of MB times 7 took the
+    memory problem 69's float64 truth needed): every call writes one file of the same size, and a
+    kept call's output comes back bit for bit when it is judged; release removes them."""
+    sample = TimedSample(3, spill_dir=tmp_path / "sample")
+    outputs = {}
+    for n in range(1, 11):
+        taken = Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}, inputs=[torch.zeros(2)])
+        out = (torch.randn(5, 7, dtype=torch.float64) * n).to(dtype)
+        outputs[n] = out
+        sample.store(taken, out)
+        assert taken.inputs == [] or taken not in sample.kept.values()
+    files = sorted((tmp_path / "sample").iterdir())
+    assert len(files) == 4 and {f.stat().st_size for f in files} == {35 * out.element_size()}
+    assert len(sample.kept) == 3
+    for taken in sample.kept.values():
+        assert taken.out is None
+        assert torch.equal(sample.output_of(taken), outputs[taken.entry["trial"]])
+    sample.release()
+    assert not list((tmp_path / "sample").iterdir())
+
+
 def _run(tmp_path, names, **overrides):
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"results_dir": str(tmp_path), "timing.min_samples": 16, "timing.max_samples": 20,
