@@ -278,22 +278,23 @@ def with_overrides(cfg: Config, overrides: Mapping[str, Any], where: str = "comm
         for i, part in enumerate(parts[:-1]):
             if not isinstance(node.get(part), dict):
                 raise BadInput(where, f"unknown config key '{dotted}'{_near(part, node, '.'.join(parts[:i]) + '.' if i else '')}"
-                                      f" (every key: configs/default.yaml, docs/usage.md)")
+                                      f" (keys: docs/usage.md)")
             node = node[part]
         if parts[-1] not in node:
             prefix = ".".join(parts[:-1]) + "." if len(parts) > 1 else ""
-            raise BadInput(where, f"unknown config key '{dotted}'{_near(parts[-1], node, prefix)} (every key: "
-                                  f"configs/default.yaml, docs/usage.md)")
+            raise BadInput(where, f"unknown config key '{dotted}'{_near(parts[-1], node, prefix)} (keys: "
+                                  f"docs/usage.md)")
         node[parts[-1]] = value
     new = _build(Config, data, where, "", Config())
     return validate(dataclasses.replace(new, source=cfg.source), where)
 
 
 def _near(key: str, known, prefix: str = "") -> str:
-    """'; did you mean ...?' for the closest known keys, '' where none is close."""
+    """'; did you mean ...?' for the closest known key, '' where none is close (one, so that the
+    error's line fits a terminal)."""
     import difflib
-    close = difflib.get_close_matches(key, sorted(k for k in known if k not in _NOT_KEYS), n=2, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(prefix + c) for c in close)}?" if close else ""
+    close = difflib.get_close_matches(key, sorted(k for k in known if k not in _NOT_KEYS), n=1, cutoff=0.6)
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""
 
 
 def parse_override(text: str) -> tuple[str, Any]:
