@@ -261,8 +261,7 @@ def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, 
         flags.append("below_floor")
         if checks.get("below_floor", "fail") == "fail":
             failures.append("below_floor")
-    if ((problem_checks or {}).get("dependence") or {}).get("degenerate"):
-        flags.append("degenerate_problem")  # the problem's, on every result of it: it fails no solution
+    flags.extend(problem_flags(problem_checks))  # the problem's, on every result of it: it fails no solution
     if profile and profile.get("share", 0.0) > checks["library_share"]:
         flags.append("library_passthrough")
         if checks["library_passthrough"] == "fail":
