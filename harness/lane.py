@@ -17,8 +17,11 @@ time (max(timeouts.call_s, timeouts.call_factor x the reference's median); the f
 model max of that and timeouts.first_call_s). Each output the worker hands over is taken while
 the worker is stopped (SIGSTOP): copied device-to-device into the lane's memory, the inputs
 compared bit for bit with the lane's own, then judged against the ground truth on the device.
-The worker waits for that, so nothing of the lane runs on the GPU while the worker times, and the
-reference is timed here while no worker has work.
+The worker waits for that, so nothing of the lane runs on the GPU while the worker times. The
+reference's rounds are timed by a reference worker of the same kind (harness/pair.py
+ReferenceRounds) while the solution's worker is stopped; the lane times the reference itself only
+for its first estimate of a problem (limits, the rounds' planning, the column of the role a pair is
+not compared with).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from .checks import dependence, floor
 from .precision import casts, classes, strict_backends, strict_role
 from .results import Status
 from .sandbox_check import check_sandbox, wanted
+from .timing import malloc_env
 
 FIRST_CALLS = ("construct", "profile")
 
@@ -261,6 +265,8 @@ class Lane:
             if event == "phase":
                 if message.get("phase") == "timing":
                     self.pool.freeze()
+                    if rounds is not None:
+                        rounds.pause()  # it runs only for its blocks from now on
                 elif phase == "timing":
                     self.pool.thaw()
                 key = _PHASE_KEYS.get(phase, "startup_s")
@@ -384,6 +390,7 @@ def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None =
     lane is its workers' child subreaper: what they leave running comes back to it and is killed."""
     become_subreaper()
     spare_env = {"CUDA_VISIBLE_DEVICES": gpu} if requested != "cpu" else {"CUDA_VISIBLE_DEVICES": ""}
+    spare_env.update(malloc_env(os.environ))  # both sides' allocator alike, on a cluster too (harness/timing.py)
     # spares kept ready: on a GPU enough to follow pairs of a few seconds each, one per three cores
     spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
     if sandboxed is None and os.environ.get("KB_SANDBOX_LANE"):

@@ -19,6 +19,7 @@ from .config import Config
 from .errors import BadInput
 from .isolation import child_env, popen, tail
 from .solutions import Pair
+from .timing import malloc_env
 
 
 class LaneDied(Exception):
@@ -53,6 +54,7 @@ class LaneProc:
         channel, theirs = Channel.pair()
         env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
                "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
+        env.update(malloc_env(os.environ))  # the lane's and its workers' allocator (harness/timing.py)
         if self.sandboxed:
             env["KB_SANDBOX_LANE"] = json.dumps(self.sandboxed)
         if self.hide_gpus:

@@ -3,18 +3,22 @@ and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (ha
 Where the pair's time went is recorded in its phases."""
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from . import sandbox
 from .blame import blame
 from .build import LOG_NAME
 from .env import gpu_now
-from .isolation import Outcome
-from .pool import kill
+from .channel import ChannelClosed
+from .isolation import Outcome, tail
+from .pool import kill, retire
 from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
 from .failures import failure, limit_hint
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
@@ -75,53 +79,91 @@ def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
 
 class ReferenceRounds:
     """The reference's half of a pair's timing rounds (worker.time_model): before each round of the
-    solution's, the lane times a block of the reference, in the role the pair's class is compared
-    with (decided at the first round from the outputs judged so far; PyTorch's defaults for an A/A
-    pair), while the worker is stopped. Work the worker left running on the GPU would slow the
-    reference: the lane waits for the GPU to be idle first and records what it found
-    (`disturbed`). Out of memory here, the pair keeps the lane's earlier measurement."""
+    solution's, a block of the reference, in the role the pair's class is compared with (decided
+    at the first round from the outputs judged so far; PyTorch's defaults for an A/A pair), timed
+    by a reference worker (worker.run_reference): a second worker of the lane's pool, a process
+    of the same kind as the solution's, sandboxed alike, whose every call is made the way the
+    solution's timed calls are (handed over and taken by the lane alike when every timed call is,
+    checks.secret_timed_checks). So the two sides pay the same per-process cost of launching work
+    and the same per-call procedure, which a reference timed in the lane did not (docs/evaluation.md).
+    Each side is stopped (SIGSTOP) while the other is timed. Work the solution's worker left
+    running on the GPU would slow the reference: the lane waits for the GPU to be idle first and
+    records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
+    pair keeps the lane's earlier measurement and says why (`rounds_failed`)."""
 
     IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
 
-    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of):
+    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
+                 tolerances: dict[str, Any]):
         self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
+        self.limits = limits
         self.t, self.run = job["config"]["timing"], job["config"]["precision"]
         self.role: str | None = None
         self.blocks: list[list[float]] = []
         self.gpu_s = 0.0
         self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
         self.failed = ""
-        self.state = None            # (model, input pool) while the pair is timed
-        self.timer = None
+        self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
+        self.every = every_timed_call(job["config"]["checks"], job["device"])
+        # the reference's handed-over outputs are taken as the solution's are, into a sample of
+        # its own (never judged; a CPU lane's files in a folder of its own)
+        self.sink = lane.judge.begin(problem, job["seeds"], tolerances, self.run, 1 if self.every else None)
+        if self.sink.sample is not None and self.sink.sample.spill_dir is not None:
+            self.sink.sample.spill_dir = self.sink.sample.spill_dir / "reference"
+        self.spare = lane.pool.take()
+        self.spare.channel.send({"op": "run", "request": _request(job, "reference", self.spare,
+                                                                   entry.get("out_bytes", 0))})
+        self.setup_s = 0.0
+
+    def pause(self) -> None:
+        """The reference worker stopped while the solution's worker times (it may still be setting up)."""
+        if self.spare is not None:
+            _signal_group(self.spare.pid, signal.SIGSTOP)
 
     def block(self, message: dict[str, Any]) -> None:
         if self.failed:
             return
-        import torch
-
-        from .timing import InputPool, make_timer, per_round, planned_samples, rule_of
+        from .timing import per_round, planned_samples, rule_of
         try:
-            if self.state is None:
-                self.role = self.role or self.role_of()
-                model = self.problem.reference({}, self.job["seeds"]["init"], casts(self.run))["model"]
-                pool = InputPool([self.problem.inputs({}, seed, casts(self.run)) for seed in self.job["seeds"]["timing"]])
-                self.timer = self.timer or make_timer(self.lane.device, self.t["flush_l2"])
-                self.state = (model, pool)
-            model, pool = self.state
-            timer = self.timer
+            self.role = self.role or self.role_of()
             per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
             _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
-            with torch.no_grad(), strict_backends(self.run, self.role != "reference"):
-                self._wait_idle()
-                block = []
-                for _ in range(each):
-                    pool.refresh()
-                    block.append(timer(lambda: model(*pool.live)))
+            self._wait_idle()
+            _signal_group(self.spare.pid, signal.SIGCONT)
+            try:
+                block = self._serve(each)
+            finally:
+                self.pause()
             self.blocks.append(block)
             self.gpu_s += sum(block) / 1e3
-        except torch.OutOfMemoryError as exc:
-            self.failed = f"the lane ran out of memory timing the reference's rounds ({exc})".splitlines()[0]
+        except ChannelClosed as exc:
+            self.failed = f"the reference worker failed: {exc}"
             self.release()
+
+    def _serve(self, calls: int) -> list[float]:
+        """One block: ask, then follow the reference worker (its calls bounded as the solution's,
+        its outputs taken as the solution's) until it reports the block's times."""
+        spare = self.spare
+        spare.channel.send({"op": "block", "role": self.role, "calls": calls})
+        setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if not self.blocks else 0.0)
+        deadline = time.monotonic() + setup_limit + calls * self.limits["call_s"]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChannelClosed(f"no block of {calls} calls within {setup_limit + calls * self.limits['call_s']:g} s")
+            got = spare.channel.recv(timeout=min(left, 0.5), frame_s=max(1.0, left))
+            if got is None:
+                if spare.proc.poll() is not None:
+                    raise ChannelClosed(f"it exited ({spare.proc.returncode}): {tail(spare.log_path, 300)}")
+                continue
+            message, payload = got
+            event = message.get("event")
+            if event == "block":
+                return [float(x) for x in message["ms"]]
+            if event == "error":
+                raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
+            if event == "output":
+                self.lane.take(spare, message, payload, self.sink)
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":
@@ -143,7 +185,14 @@ class ReferenceRounds:
             time.sleep(0.001)
 
     def release(self) -> None:
-        self.state = None
+        """The reference worker ended (killed: nothing of it is wanted now), its outputs' buffers freed."""
+        if self.spare is not None:
+            spare, self.spare = self.spare, None
+            kill(spare)
+            spare.channel.close()
+            retire(spare)
+        if self.sink.sample is not None:
+            self.sink.sample.release()
         self.lane.judge.release(force=True)
 
     def timing(self) -> dict[str, Any]:
@@ -153,12 +202,20 @@ class ReferenceRounds:
         from .timing import stats_of
         if not self.blocks or self.failed:
             return {}
-        stats = stats_of([x for block in self.blocks for x in block], self.timer)
+        stats = stats_of([x for block in self.blocks for x in block], SimpleNamespace(name=self.timer_name))
         stats = {**stats, "interleaved": True, "measured_at": now(), "age_s": 0.0, "reused": False,
+                 "measured_in": "reference worker",
                  "rounds": [[round(x, 5) for x in block] for block in self.blocks]}
         if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
             return {"reference": stats, strict_role(self.run): stats}
         return {self.role: stats}
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:
@@ -246,9 +303,9 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     for attempt in (1, 2):
         judgement = lane.judge.begin(problem, job["seeds"], tolerances, run,
                                      cfg["checks"]["timed_output_checks"] if every else None)
-        rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results)) \
-            if refs else None
         spare = lane.pool.take()
+        rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results),
+                                 limits, tolerances) if refs else None
         started = time.monotonic()
         try:
             w = lane.watch(spare, _request(job, "eval", spare, entry.get("out_bytes", 0)), limits, judgement,

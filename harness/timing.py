@@ -14,6 +14,20 @@ from typing import Callable
 
 from .results import TimingStats
 
+# The C library's allocator in every lane and worker (both sides of a comparison alike): large
+# blocks from the heap, kept after they are freed. With glibc's defaults the threshold for
+# mmap'ing a block and for giving the heap's top back moves with what the process freed before,
+# so whether a call's output lands on pages already mapped or on fresh ones (a page fault per
+# 4 kB, inside the timed call) differs from one process to the next: on the CPU, the same add
+# timed 0.77 ms in one worker and 1.35 ms in another (docs/harness-perf.md). A user's own
+# GLIBC_TUNABLES is left as it is.
+MALLOC_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824"}
+
+
+def malloc_env(environ) -> dict[str, str]:
+    """MALLOC_ENV, unless `environ` sets GLIBC_TUNABLES already."""
+    return {} if "GLIBC_TUNABLES" in environ else dict(MALLOC_ENV)
+
 
 @dataclass(frozen=True)
 class StoppingRule:

@@ -35,7 +35,7 @@ from .guards import aliased_input, poison_free_memory
 from .handoff import export
 from .isolation import die_with_parent
 from .libshare import measure as measure_library_share
-from .precision import casts
+from .precision import casts, strict_backends
 from .problems import _display, construct, exception_location, load_module, make_inputs, namespace_of
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
@@ -224,22 +224,20 @@ class Worker:
         self.sync()
         self.events.handoff("state", {"names": list(state)}, {"state": [v.detach() for v in state.values()]})
 
-    def time_model(self, model, problem) -> dict:
-        """Time `model` on inputs refreshed in place from a pool of fresh input sets, in rounds:
-        before each round the lane times a block of the reference (this process waits, stopped),
-        then this process times a block of the solution, so that both see the same machine. The
-        number of calls follows the stopping rule for the call's time in the warm-up.
+    def timed_calls(self, model, pool: InputPool, timer):
+        """The one procedure of a timed call, the same for the solution's calls (time_model) and
+        for the reference's in a reference worker (run_reference), so that the two are measured
+        alike. Returns (timed, checked_call).
 
-        Which timed calls are checked (harness/judge.py TimedSample): with the request's
-        `every_timed_call` (checks.secret_timed_checks), every timed call, warm-up included, runs
-        on poisoned memory and hands its output to the lane, which judges a sample of them it drew
-        in secret: from here a checked call and an unchecked one are the same. Otherwise
-        `checks.timed_output_checks` calls after the timed ones are, and only they."""
-        t = self.req["timing"]
+        With the request's `every_timed_call` (checks.secret_timed_checks), every timed call,
+        warm-up included, runs on poisoned memory and hands its output to the lane, which judges
+        a sample of them it drew in secret (harness/judge.py TimedSample): from here a checked
+        call and an unchecked one are the same. Otherwise a timed call is the next input set
+        copied in place, the call announced and timed, and `checked_call` is for the
+        `checks.timed_output_checks` calls after the timed ones (time_model)."""
         checks = self.req["checks"]
         every = bool(checks.get("every_timed_call"))
         seeds = self.req["seeds"]["timing"]
-        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in seeds])
         state: dict[str, Any] = {"out": None, "n": 0}
 
         def call() -> None:
@@ -266,7 +264,19 @@ class Worker:
             self.call("timed")
             return timer(call)
 
+        return timed, checked_call
+
+    def time_model(self, model, problem) -> dict:
+        """Time `model` on inputs refreshed in place from a pool of fresh input sets, in rounds:
+        before each round the lane has a reference worker time a block of the reference (this
+        process waits, stopped), then this process times a block of the solution, so that both
+        see the same machine. The number of calls follows the stopping rule for the call's time
+        in the warm-up. Each call is made by timed_calls."""
+        t = self.req["timing"]
+        every = bool(self.req["checks"].get("every_timed_call"))
+        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in self.req["seeds"]["timing"]])
         timer = make_timer(self.device, t["flush_l2"])
+        timed, checked_call = self.timed_calls(model, pool, timer)
         warmup_ms = [timed() for _ in range(t["warmup"])] or [timed()]
         rounds, each = per_round(planned_samples(rule_of(t), median(warmup_ms)), t.get("rounds", 1))
         blocks: list[list[float]] = []
@@ -277,9 +287,44 @@ class Worker:
         self.gpu["timed_s"] += sum(samples) / 1e3
         self.gpu["warmup_s"] += sum(warmup_ms) / 1e3
         if not every:
-            for _ in range(checks["timed_output_checks"]):
+            for _ in range(self.req["checks"]["timed_output_checks"]):
                 self.gpu["checked_s"] += checked_call("timed_check") / 1e3
         return {**stats_of(samples, timer), "rounds": [[round(x, 5) for x in block] for block in blocks]}
+
+    def run_reference(self) -> None:
+        """A reference worker (mode "reference"): no solution is imported. The problem's Model is
+        timed in the blocks the lane asks for ({"op": "block", "role", "calls"}), each call made
+        by timed_calls exactly as the pair's solution makes its timed calls, in a process of the
+        same kind as the solution's: so the speedup compares like with like (the per-process cost
+        of launching work, the procedure of the secret checks). A role's first block is preceded
+        by its warm-up calls. Each block's times go back as a "block" event."""
+        t = self.req["timing"]
+        run = self.req.get("precision", "fp32")
+        problem = load_module(Path(self.req["problem_path"]))
+        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in self.req["seeds"]["timing"]])
+        timer = make_timer(self.device, t["flush_l2"])
+        models: dict[str, Any] = {}
+        self.set_phase("timing")
+        while True:
+            got = self.events.channel.recv()
+            if got is None:
+                raise ChannelClosed("the lane closed the reference worker's channel")
+            op = got[0]
+            if op.get("op") == "end":
+                break
+            if op.get("op") != "block":
+                continue
+            role = op["role"]
+            with torch.no_grad(), strict_backends(run, role != "reference"):
+                if role not in models:
+                    model = construct(problem.Model, list(problem.get_init_inputs()), self.req["seeds"]["init"],
+                                      self.device, dtype=self.dtype)
+                    models[role] = self.timed_calls(model, pool, timer)[0]
+                    self.gpu["warmup_s"] += sum(models[role]() for _ in range(max(1, t["warmup"]))) / 1e3
+                block = [models[role]() for _ in range(int(op["calls"]))]
+            self.gpu["timed_s"] += sum(block) / 1e3
+            self.events.emit("block", role=role, ms=block)
+        self.events.emit("gpu_time", **self.gpu)
 
     def profile(self, model, problem) -> None:
         """The profiled call: which share of its time PyTorch's library operators took
@@ -342,7 +387,7 @@ class Worker:
     def main(self) -> None:
         try:
             self.events.emit("sandbox", **self.sandbox)
-            if self.device == "cuda" and self.req["mode"] in ("eval", "diagnose"):  # builds see no GPU
+            if self.device == "cuda" and self.req["mode"] in ("eval", "diagnose", "reference"):  # builds see no GPU
                 torch.cuda.set_device(0)
             if self.req["mode"] in ("build", "compile"):
                 os.nice(10)  # compiling yields the CPU to the lanes' timed calls
