@@ -124,45 +124,48 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 class TimedSample:
     """Which timed calls are judged when every timed call is handed over alike
     (checks.secret_timed_checks): a uniform sample of `k` of them, by reservoir sampling from the
-    operating system's randomness, drawn here in the lane; the worker never holds it, and the
-    result names the calls only after the last one. Each output is taken the same way, whether
-    it is kept or not: checked for aliasing and written inputs, then copied into one of k + 1
-    buffers made at the first call (k kept, one scratch), so a handoff's length says nothing.
-    Learning afterwards that a call was kept tells nothing either: call i is kept with chance k/i
-    whatever became of the calls before it.
+    operating system's randomness, drawn here in the lane once a call has returned; the worker
+    never holds it, and the result names the calls only after the last one. A call the sample
+    keeps is taken (the worker stopped, the output checked for aliasing and written inputs,
+    copied into one of k buffers); one it does not keep is only acknowledged. The worker may tell
+    afterwards, from how long it waited, whether a call was kept; that says nothing of the next
+    call: call i is kept with chance k/i whatever became of the calls before it.
 
-    With `spill_dir` (CPU lanes), the k + 1 buffers are files there, written the same way for
-    every call, and a kept output is read back only when it is judged: k + 1 copies of an output
-    of hundreds of megabytes would otherwise take the memory the float64 truth needs (problem 69
-    on a 24 GB machine was skipped for it)."""
+    With `spill_dir` (CPU lanes), the k buffers are files there, and a kept output is read back
+    only when it is judged: k copies of an output of hundreds of megabytes would otherwise take the
+    memory the float64 truth needs (problem 69 on a 24 GB machine was skipped for it).
 
-    def __init__(self, k: int, spill_dir: Path | None = None):
-        self.k, self.seen = k, 0
+    `keep=False`: the same draws and the same work for each call it would keep, into one buffer,
+    nothing kept (a reference worker's outputs: harness/pair.py ReferenceRounds)."""
+
+    def __init__(self, k: int, spill_dir: Path | None = None, keep: bool = True):
+        self.k, self.seen, self.keep = k, 0, keep
         self.rng = secrets.SystemRandom()
         self.spill_dir = spill_dir
         self.buffers: list[torch.Tensor] = []
         self.spilled: dict[int, tuple[Path, tuple, torch.dtype]] = {}  # slot -> its file, shape and dtype
         self.kept: dict[int, "Taken"] = {}        # slot -> the call's Taken (its `out` is that slot's buffer)
 
-    def slot(self) -> int:
-        """Where the next call's output goes: one of the k kept slots, or k (the scratch)."""
+    def draw(self) -> int | None:
+        """For the call that has just returned: the slot the sample keeps it in, or None."""
         self.seen += 1
         if self.seen <= self.k:
             return self.seen - 1
         j = self.rng.randrange(self.seen)
-        return j if j < self.k else self.k
+        return j if j < self.k else None
 
-    def store(self, taken: "Taken", view: torch.Tensor) -> None:
-        slot = self.slot()
+    def store(self, taken: "Taken", view: torch.Tensor, slot: int) -> None:
+        slot = slot if self.keep else 0
         if self.spill_dir is not None and view.device.type == "cpu":
             self._spill(slot, taken, view)
             return
+        count = self.k if self.keep else 1
         if not self.buffers or self.buffers[0].shape != view.shape or self.buffers[0].dtype != view.dtype \
                 or self.buffers[0].device != view.device:
-            self.buffers = [torch.empty_like(view, memory_format=torch.contiguous_format) for _ in range(self.k + 1)]
+            self.buffers = [torch.empty_like(view, memory_format=torch.contiguous_format) for _ in range(count)]
             self.kept.clear()  # another shape: the calls before it are not comparable (they were not kept)
         self.buffers[slot].copy_(view)
-        if slot < self.k:
+        if self.keep:
             taken.out = self.buffers[slot]
             taken.inputs = []  # drawn again from its seed when it is judged
             self.kept[slot] = taken
@@ -179,7 +182,7 @@ class TimedSample:
             if data.numel():  # the tensor's own bytes, without numpy (the harness does not need it)
                 f.write(memoryview((ctypes.c_char * (data.numel() * data.element_size())).from_address(data.data_ptr())))
         self.spilled[slot] = (path, *shape)
-        if slot < self.k:
+        if self.keep:
             taken.out = None
             taken.inputs = []
             self.kept[slot] = taken
@@ -211,6 +214,7 @@ class PairJudgement:
         timed output handed over, as it comes."""
         self.judge, self.problem, self.seeds = judge, problem, seeds
         self.sample = TimedSample(sample, judge.spill_dir) if sample is not None else None
+        self.slot = 0         # where the sample keeps the timed output being taken (passes)
         self.run, self.dtype = run, casts(run)  # the run's precision; the dtype it casts to (None: none)
         self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
         self.tolerances = tolerances
@@ -262,7 +266,7 @@ class PairJudgement:
                     return taken
             taken.inputs = fresh
             if entry.get("kind") == "timed" and self.sample is not None:
-                self.sample.store(taken, view)  # kept or not, the same work
+                self.sample.store(taken, view, self.slot)
             else:
                 taken.out = snapshot(view, device)
             del view, inputs_after
@@ -321,6 +325,19 @@ class PairJudgement:
             self.judge.release(force=True)
             self.on_host += 1
             return classify(out.cpu(), truth.cpu(), expected_dtype, tolerances)
+
+    def passes(self, entry: dict[str, Any]) -> bool:
+        """Whether a handed-over output is let go without being taken: a timed call the secret
+        sample does not keep (drawn now, the call having returned), unless its own description
+        already shows it wrong (not a plain tensor on the device), which take_output reports."""
+        if self.sample is None or entry.get("kind") != "timed":
+            return False
+        slot = self.sample.draw()
+        if slot is not None:
+            self.slot = slot
+            return False
+        meta = (entry.get("output") or [None])[0]
+        return bool(meta) and entry.get("plain", True) and meta.get("device") == torch.device(self.problem.device).type
 
     def deferred(self, taken: Taken) -> bool:
         """Whether `taken` waits for judge_sample (a timed output of the secret sample, refused

@@ -21,17 +21,17 @@ from .isolation import Outcome, tail
 from .pool import kill, retire
 from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
 from .failures import failure, limit_hint
+from .judge import TimedSample
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
 from .results import EvalResult, Status
 
 
 def every_timed_call(checks: dict[str, Any], device: str) -> bool:
     """Whether every timed call is handed over alike, the lane judging a secret sample
-    (checks.secret_timed_checks; on: on every device; auto: on CPU runs only, since on CUDA the
-    per-call handoff slows the solution's measured calls and not the reference's: docs/evaluation.md;
-    off: the last timed calls are checked, which a solution can tell apart)."""
-    mode = checks.get("secret_timed_checks", "auto")
-    return mode == "on" or (mode == "auto" and device == "cpu")
+    (checks.secret_timed_checks; on, or auto: on every device, the reference's calls in its
+    reference worker made the same way, so both sides pay the same per-call cost; off: the last
+    timed calls are checked, which a solution can tell apart)."""
+    return checks.get("secret_timed_checks", "auto") in ("on", "auto")
 
 
 def _request(job: dict[str, Any], mode: str, spare, hint_bytes: int = 0) -> dict[str, Any]:
@@ -107,9 +107,10 @@ class ReferenceRounds:
         self.every = every_timed_call(job["config"]["checks"], job["device"])
         # the reference's handed-over outputs are taken as the solution's are, into a sample of
         # its own (never judged; a CPU lane's files in a folder of its own)
-        self.sink = lane.judge.begin(problem, job["seeds"], tolerances, self.run, 1 if self.every else None)
-        if self.sink.sample is not None and self.sink.sample.spill_dir is not None:
-            self.sink.sample.spill_dir = self.sink.sample.spill_dir / "reference"
+        self.sink = lane.judge.begin(problem, job["seeds"], tolerances, self.run)
+        if self.every:  # the same draws as the solution's sample, the same work per kept call, nothing kept
+            spill = lane.judge.spill_dir / "reference" if lane.judge.spill_dir is not None else None
+            self.sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
         self.spare = lane.pool.take()
         self.spare.channel.send({"op": "run", "request": _request(job, "reference", self.spare,
                                                                    entry.get("out_bytes", 0))})

@@ -230,9 +230,9 @@ class Worker:
         alike. Returns (timed, checked_call).
 
         With the request's `every_timed_call` (checks.secret_timed_checks), every timed call,
-        warm-up included, runs on poisoned memory and hands its output to the lane, which judges
-        a sample of them it drew in secret (harness/judge.py TimedSample): from here a checked
-        call and an unchecked one are the same. Otherwise a timed call is the next input set
+        warm-up included, hands its output to the lane, which judges a sample of them it draws
+        in secret (harness/judge.py TimedSample): from here a checked call and an unchecked one
+        are the same until each has returned. Otherwise a timed call is the next input set
         copied in place, the call announced and timed, and `checked_call` is for the
         `checks.timed_output_checks` calls after the timed ones (time_model)."""
         checks = self.req["checks"]
@@ -245,10 +245,13 @@ class Worker:
             state["out"] = model(*pool.live)
 
         def checked_call(what: str) -> float:
-            """One call as the lane may check it: poisoned memory before, its output handed over after."""
+            """One call as the lane may check it: its output handed over after. A fixed check after
+            the timed calls (secret checks off) runs on poisoned memory; with every timed call
+            handed over, none is poisoned: a call alike for all, and an output left unwritten holds
+            the previous call's result, for the other input set of the pool (wrong if checked)."""
             index = pool.refresh()
             state["out"] = None
-            if checks["poison"]:
+            if checks["poison"] and not every:
                 poison_free_memory(self.device, self.hint_bytes)
             state["n"] += 1
             self.call(what, trial=state["n"])

@@ -20,47 +20,63 @@ BELIEVERS = ["cheat_believes_counter", "cheat_believes_gap", "cheat_believes_inp
              "cheat_believes_allocator", "cheat_believes_stream", "cheat_believes_mix"]
 
 
+def _feed(sample, taken, view) -> bool:
+    """What the lane does with one timed output: draw, and take it only where the sample keeps it."""
+    slot = sample.draw()
+    if slot is not None:
+        sample.store(taken, view, slot)
+    return slot is not None
+
+
 def test_the_sample_is_uniform_over_the_calls_and_has_k_of_them():
     counts = collections.Counter()
     view = torch.zeros(4)
     for _ in range(3000):
         sample = TimedSample(6)
         for n in range(1, 21):
-            sample.store(Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}), view)
-        assert len(sample.kept) == 6 and len(sample.buffers) == 7
+            _feed(sample, Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}), view)
+        assert len(sample.kept) == 6 and len(sample.buffers) == 6 and sample.seen == 20
         counts.update(t.entry["trial"] for t in sample.kept.values())
     expected = 3000 * 6 / 20
     assert all(abs(counts[n] - expected) < 0.15 * expected for n in range(1, 21)), counts  # 900 +- 135
 
 
-def test_every_call_is_taken_the_same_way_kept_or_not():
+def test_only_kept_calls_are_taken_and_a_kept_call_holds_its_own_output():
+    """Call i is kept with chance k/i (the first k always); one not kept is not taken at all."""
     sample = TimedSample(2)
     view = torch.arange(4.0)
-    kept = []
+    taken_calls = []
     for n in range(1, 9):
         taken = Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}, inputs=[view])
-        sample.store(taken, view * n)
-        kept.append(taken.out is not None)
-    assert len(sample.buffers) == 3 and sum(t.out is not None for t in sample.kept.values()) == 2
+        if _feed(sample, taken, view * n):
+            taken_calls.append(n)
+    assert taken_calls[:2] == [1, 2] and len(sample.buffers) == 2 and len(sample.kept) == 2
     for taken in sample.kept.values():
         assert torch.equal(taken.out, view * taken.entry["trial"]) and taken.inputs == []
 
 
+def test_a_reference_workers_sample_draws_alike_and_keeps_nothing():
+    sample = TimedSample(6, keep=False)
+    view = torch.ones(3)
+    drawn = sum(_feed(sample, Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}), view) for n in range(1, 41))
+    assert drawn >= 6 and not sample.kept and len(sample.buffers) == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_a_cpu_lanes_sample_is_kept_in_files_written_alike_and_read_back_exactly(tmp_path, dtype):
-    """A CPU lane keeps the k + 1 buffers as files (an output of hundreds of MB times 7 took the
-    memory problem 69's float64 truth needed): every call writes one file of the same size, and a
-    kept call's output comes back bit for bit when it is judged; release removes them."""
+def test_a_cpu_lanes_sample_is_kept_in_files_and_read_back_exactly(tmp_path, dtype):
+    """A CPU lane keeps the k buffers as files (an output of hundreds of MB times 7 took the
+    memory problem 69's float64 truth needed): a kept call's output comes back bit for bit when
+    it is judged; release removes them."""
     sample = TimedSample(3, spill_dir=tmp_path / "sample")
     outputs = {}
     for n in range(1, 11):
         taken = Taken({"kind": "timed", "trial": n, "seed": 0, "shape": 0}, inputs=[torch.zeros(2)])
         out = (torch.randn(5, 7, dtype=torch.float64) * n).to(dtype)
         outputs[n] = out
-        sample.store(taken, out)
+        _feed(sample, taken, out)
         assert taken.inputs == [] or taken not in sample.kept.values()
     files = sorted((tmp_path / "sample").iterdir())
-    assert len(files) == 4 and {f.stat().st_size for f in files} == {35 * out.element_size()}
+    assert len(files) == 3 and {f.stat().st_size for f in files} == {35 * out.element_size()}
     assert len(sample.kept) == 3
     for taken in sample.kept.values():
         assert taken.out is None
