@@ -169,7 +169,7 @@ def lane_actor(ray: Any, device: str):
             return plain(self.lane.run_pair(job))
 
         def stop(self) -> None:
-            self.lane.pool.close()
+            self.lane.close()
 
     return LaneActor
 

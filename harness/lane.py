@@ -107,6 +107,7 @@ class Lane:
                            spill_dir=work_dir / "sample" if self.device == "cpu" else None)
         self.sandbox_plan = (pool.sandboxed or {}).get("plan", {})
         self.refs: dict[tuple, dict[str, Any]] = {}
+        self.ref_worker: tuple[str, Spare] | None = None   # (what it times, the worker): reference_worker
 
     def cache_bytes(self, fraction: float) -> int:
         """`fraction` of the device's memory (on the CPU, of what this lane may use: limit_memory)."""
@@ -215,6 +216,42 @@ class Lane:
             return floor(out_bytes, torch.cuda.get_device_properties(0))
         except Exception:  # noqa: BLE001 - a device that does not say: no floor
             return None
+
+    # -- the reference worker, once per problem --------------------------------------------------
+    def reference_worker(self, job: dict[str, Any], request_of) -> Spare:
+        """The worker that times the reference's rounds (harness/pair.py ReferenceRounds) for the
+        problem of `job`: the one kept from the problem's previous pair when it times the same
+        thing (problem file, seeds, timing, precision and checks), else a fresh one from the pool,
+        sent its request (`request_of(spare)`) at once, so that it sets itself up while the pair's
+        solution runs its trials; the one it replaces is ended. It is stopped between blocks."""
+        key = json.dumps([job["problem"]["sha256"], job["problem_path"], job["seeds"]["init"], job["seeds"]["timing"],
+                          job["config"]["timing"], job["config"]["precision"], job["config"]["checks"]],
+                         sort_keys=True, default=str)
+        if self.ref_worker is not None and self.ref_worker[0] == key and self.ref_worker[1].proc.poll() is None:
+            return self.ref_worker[1]
+        self.end_reference_worker()
+        spare = self.pool.take()
+        spare.state = "starting"
+        spare.channel.send({"op": "run", "request": request_of(spare)})
+        self.ref_worker = (key, spare)
+        return spare
+
+    def end_reference_worker(self) -> None:
+        if self.ref_worker is None:
+            return
+        spare = self.ref_worker[1]
+        self.ref_worker = None
+        try:
+            spare.channel.send({"op": "end"})
+        except ChannelClosed:
+            pass
+        kill(spare)
+        spare.channel.close()
+        retire(spare)
+
+    def close(self) -> None:
+        self.end_reference_worker()
+        self.pool.close()
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
@@ -446,7 +483,7 @@ def main(argv: list[str]) -> None:
         sys.stderr.flush()
     finally:
         if lane is not None:
-            lane.pool.close()
+            lane.close()
     sys.stdout.flush()
     os._exit(0)
 

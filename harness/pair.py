@@ -18,7 +18,7 @@ from .build import LOG_NAME
 from .env import gpu_now
 from .channel import ChannelClosed
 from .isolation import Outcome, tail
-from .pool import kill, retire
+from .pool import kill
 from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
 from .failures import failure, limit_hint
 from .judge import TimedSample
@@ -111,10 +111,9 @@ class ReferenceRounds:
         if self.every:  # the same draws as the solution's sample, the same work per kept call, nothing kept
             spill = lane.judge.spill_dir / "reference" if lane.judge.spill_dir is not None else None
             self.sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
-        self.spare = lane.pool.take()
-        self.spare.channel.send({"op": "run", "request": _request(job, "reference", self.spare,
-                                                                   entry.get("out_bytes", 0))})
-        self.setup_s = 0.0
+        self.spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare,
+                                                                        entry.get("out_bytes", 0)))
+        self.fresh = self.spare.state != "serving"   # its set-up is still to come
 
     def pause(self) -> None:
         """The reference worker stopped while the solution's worker times (it may still be setting up)."""
@@ -146,7 +145,7 @@ class ReferenceRounds:
         its outputs taken as the solution's) until it reports the block's times."""
         spare = self.spare
         spare.channel.send({"op": "block", "role": self.role, "calls": calls})
-        setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if not self.blocks else 0.0)
+        setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if self.fresh else 0.0)
         deadline = time.monotonic() + setup_limit + calls * self.limits["call_s"]
         while True:
             left = deadline - time.monotonic()
@@ -160,6 +159,7 @@ class ReferenceRounds:
             message, payload = got
             event = message.get("event")
             if event == "block":
+                self.fresh, spare.state = False, "serving"
                 return [float(x) for x in message["ms"]]
             if event == "error":
                 raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
@@ -186,12 +186,14 @@ class ReferenceRounds:
             time.sleep(0.001)
 
     def release(self) -> None:
-        """The reference worker ended (killed: nothing of it is wanted now), its outputs' buffers freed."""
+        """The pair's part done: the reference worker stays, stopped, for the problem's next pair
+        (ended here if it failed), its outputs' buffers freed."""
         if self.spare is not None:
             spare, self.spare = self.spare, None
-            kill(spare)
-            spare.channel.close()
-            retire(spare)
+            if self.failed:
+                self.lane.end_reference_worker()
+            else:
+                _signal_group(spare.pid, signal.SIGSTOP)
         if self.sink.sample is not None:
             self.sink.sample.release()
         self.lane.judge.release(force=True)

@@ -169,20 +169,51 @@ class InputPool:
     """Inputs refreshed IN PLACE before every call (untimed) from a pool of fresh input sets, so a
     cache keyed on pointer or shape returns stale results. `live` is what the calls get."""
 
-    def __init__(self, pool: list[list]):
+    def __init__(self, pool: list[list], seeds: list[int] | None = None):
         import torch
-        self.pool = pool
+        self.pool, self.seeds = pool, seeds
         self.live = [x.clone() if isinstance(x, torch.Tensor) else x for x in pool[0]]
         self.index = 0
 
     def refresh(self) -> int:
-        """Copy the next set into `live`; returns its index in the pool."""
+        """Copy the next set into `live`; returns its seed (its index in the pool, without seeds)."""
         import torch
         self.index = (self.index + 1) % len(self.pool)
         for dst, src in zip(self.live, self.pool[self.index]):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
-        return self.index
+        return self.seeds[self.index] if self.seeds else self.index
+
+
+class FreshInputs:
+    """Inputs drawn anew before every timed call, from a seed of the call's own (`call_seed`), and
+    copied IN PLACE into `live` (what the calls get), so that no two timed calls see the same
+    input: an output cached by content, pointer or shape is wrong for the next call (a pool of
+    two sets let a solution keep one output per set). `draw(seed)` makes a set (make_inputs);
+    the lane draws a checked call's set again from its seed. CUDA runs only: on the GPU a set is
+    drawn in well under a millisecond; on the CPU drawing the add's two 4 MB inputs took 20-40 ms
+    and slowed the next calls, so CPU runs cycle a pool of two sets (InputPool)."""
+
+    def __init__(self, draw: Callable[[int], list], base: int):
+        self.draw, self.base, self.n = draw, base, 0
+        self.seed = call_seed(base, 0)
+        self.live = draw(self.seed)
+
+    def refresh(self) -> int:
+        """A new set into `live`; returns its seed."""
+        import torch
+        self.n += 1
+        self.seed = call_seed(self.base, self.n)
+        for dst, src in zip(self.live, self.draw(self.seed)):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        return self.seed
+
+
+def call_seed(base: int, n: int) -> int:
+    """The input seed of timed call `n` of a pair (base: its first timing seed, which mixes in the run's secret)."""
+    import hashlib
+    return int.from_bytes(hashlib.sha256(f"{base}:timed:{n}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 def make_timer(device: str, flush_l2: bool):

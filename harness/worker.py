@@ -40,7 +40,7 @@ from .problems import _display, construct, exception_location, load_module, make
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
 # or torch.cuda.synchronize afterwards does not change what the worker calls.
-from .timing import InputPool, make_timer, per_round, planned_samples, rule_of, stats_of
+from .timing import FreshInputs, InputPool, make_timer, per_round, planned_samples, rule_of, stats_of
 
 _SYNC = getattr(torch._C, "_cuda_synchronize", None)
 
@@ -224,7 +224,7 @@ class Worker:
         self.sync()
         self.events.handoff("state", {"names": list(state)}, {"state": [v.detach() for v in state.values()]})
 
-    def timed_calls(self, model, pool: InputPool, timer):
+    def timed_calls(self, model, pool, timer):
         """The one procedure of a timed call, the same for the solution's calls (time_model) and
         for the reference's in a reference worker (run_reference), so that the two are measured
         alike. Returns (timed, checked_call).
@@ -237,7 +237,6 @@ class Worker:
         `checks.timed_output_checks` calls after the timed ones (time_model)."""
         checks = self.req["checks"]
         every = bool(checks.get("every_timed_call"))
-        seeds = self.req["seeds"]["timing"]
         state: dict[str, Any] = {"out": None, "n": 0}
 
         def call() -> None:
@@ -249,14 +248,14 @@ class Worker:
             the timed calls (secret checks off) runs on poisoned memory; with every timed call
             handed over, none is poisoned: a call alike for all, and an output left unwritten holds
             the previous call's result, for the other input set of the pool (wrong if checked)."""
-            index = pool.refresh()
+            seed = pool.refresh()
             state["out"] = None
             if checks["poison"] and not every:
                 poison_free_memory(self.device, self.hint_bytes)
             state["n"] += 1
             self.call(what, trial=state["n"])
             ms = timer(call)
-            self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=state["n"], seed=seeds[index])
+            self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=state["n"], seed=seed)
             state["out"] = None
             return ms
 
@@ -269,15 +268,23 @@ class Worker:
 
         return timed, checked_call
 
+    def fresh_inputs(self, problem):
+        """The timed calls' inputs: on CUDA a new set for each call (timing.FreshInputs); on the
+        CPU the two sets of the timing seeds, in turn (timing.InputPool)."""
+        seeds = self.req["seeds"]["timing"]
+        if self.device == "cuda":
+            return FreshInputs(lambda seed: make_inputs(problem, seed, self.device, self.dtype), seeds[0])
+        return InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in seeds], seeds)
+
     def time_model(self, model, problem) -> dict:
-        """Time `model` on inputs refreshed in place from a pool of fresh input sets, in rounds:
+        """Time `model` on inputs drawn anew for each call and copied in place, in rounds:
         before each round the lane has a reference worker time a block of the reference (this
         process waits, stopped), then this process times a block of the solution, so that both
         see the same machine. The number of calls follows the stopping rule for the call's time
         in the warm-up. Each call is made by timed_calls."""
         t = self.req["timing"]
         every = bool(self.req["checks"].get("every_timed_call"))
-        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in self.req["seeds"]["timing"]])
+        pool = self.fresh_inputs(problem)
         timer = make_timer(self.device, t["flush_l2"])
         timed, checked_call = self.timed_calls(model, pool, timer)
         warmup_ms = [timed() for _ in range(t["warmup"])] or [timed()]
@@ -296,17 +303,24 @@ class Worker:
 
     def run_reference(self) -> None:
         """A reference worker (mode "reference"): no solution is imported. The problem's Model is
-        timed in the blocks the lane asks for ({"op": "block", "role", "calls"}), each call made
-        by timed_calls exactly as the pair's solution makes its timed calls, in a process of the
-        same kind as the solution's: so the speedup compares like with like (the per-process cost
-        of launching work, the procedure of the secret checks). A role's first block is preceded
-        by its warm-up calls. Each block's times go back as a "block" event."""
+        made and called once as soon as the request comes (the lane sends it while the pair's
+        solution runs its trials), then timed in the blocks the lane asks for ({"op": "block",
+        "role", "calls"}; a lane keeps the worker for the problem's later pairs), each call made
+        by timed_calls exactly as a solution's timed calls are, in a process of the same kind: so
+        the speedup compares like with like (the per-process cost of launching work, the
+        procedure of the secret checks). A role's first block is preceded by its warm-up calls.
+        Each block's times go back as a "block" event."""
         t = self.req["timing"]
         run = self.req.get("precision", "fp32")
         problem = load_module(Path(self.req["problem_path"]))
-        pool = InputPool([make_inputs(problem, seed, self.device, self.dtype) for seed in self.req["seeds"]["timing"]])
+        pool = self.fresh_inputs(problem)
         timer = make_timer(self.device, t["flush_l2"])
-        models: dict[str, Any] = {}
+        with torch.no_grad():
+            model = construct(problem.Model, list(problem.get_init_inputs()), self.req["seeds"]["init"], self.device,
+                              dtype=self.dtype)
+            model(*pool.live)
+            self.sync()
+        roles: dict[str, Any] = {}
         self.set_phase("timing")
         while True:
             got = self.events.channel.recv()
@@ -319,12 +333,10 @@ class Worker:
                 continue
             role = op["role"]
             with torch.no_grad(), strict_backends(run, role != "reference"):
-                if role not in models:
-                    model = construct(problem.Model, list(problem.get_init_inputs()), self.req["seeds"]["init"],
-                                      self.device, dtype=self.dtype)
-                    models[role] = self.timed_calls(model, pool, timer)[0]
-                    self.gpu["warmup_s"] += sum(models[role]() for _ in range(max(1, t["warmup"]))) / 1e3
-                block = [models[role]() for _ in range(int(op["calls"]))]
+                if role not in roles:
+                    roles[role] = self.timed_calls(model, pool, timer)[0]
+                    self.gpu["warmup_s"] += sum(roles[role]() for _ in range(max(1, t["warmup"]))) / 1e3
+                block = [roles[role]() for _ in range(int(op["calls"]))]
             self.gpu["timed_s"] += sum(block) / 1e3
             self.events.emit("block", role=role, ms=block)
         self.events.emit("gpu_time", **self.gpu)
