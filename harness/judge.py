@@ -135,13 +135,19 @@ class TimedSample:
     only when it is judged: k copies of an output of hundreds of megabytes would otherwise take the
     memory the float64 truth needs (problem 69 on a 24 GB machine was skipped for it).
 
+    On CUDA, buffers that would take more than `device_bytes` in all are made in host memory
+    (KernelBench's softmax: six copies of a 6.4 GB output), and a kept output goes back to the
+    device, one at a time, to be judged.
+
     `keep=False`: the same draws and the same work for each call it would keep, into one buffer,
     nothing kept (a reference worker's outputs: harness/pair.py ReferenceRounds)."""
 
-    def __init__(self, k: int, spill_dir: Path | None = None, keep: bool = True):
+    def __init__(self, k: int, spill_dir: Path | None = None, keep: bool = True, device_bytes: int | None = None):
         self.k, self.seen, self.keep = k, 0, keep
         self.rng = secrets.SystemRandom()
         self.spill_dir = spill_dir
+        self.device_bytes = device_bytes  # buffers larger than this in all go to host memory (CUDA)
+        self.home: torch.device | None = None  # the outputs' device, where a kept one is judged
         self.buffers: list[torch.Tensor] = []
         self.spilled: dict[int, tuple[Path, tuple, torch.dtype]] = {}  # slot -> its file, shape and dtype
         self.kept: dict[int, "Taken"] = {}        # slot -> the call's Taken (its `out` is that slot's buffer)
@@ -161,8 +167,13 @@ class TimedSample:
             return
         count = self.k if self.keep else 1
         if not self.buffers or self.buffers[0].shape != view.shape or self.buffers[0].dtype != view.dtype \
-                or self.buffers[0].device != view.device:
-            self.buffers = [torch.empty_like(view, memory_format=torch.contiguous_format) for _ in range(count)]
+                or self.home != view.device:
+            where = view.device
+            if where.type == "cuda" and self.device_bytes is not None \
+                    and count * view.numel() * view.element_size() > self.device_bytes:
+                where = torch.device("cpu")
+            self.buffers = [torch.empty(view.shape, dtype=view.dtype, device=where) for _ in range(count)]
+            self.home = view.device
             self.kept.clear()  # another shape: the calls before it are not comparable (they were not kept)
         self.buffers[slot].copy_(view)
         if self.keep:
@@ -187,10 +198,15 @@ class TimedSample:
             taken.inputs = []
             self.kept[slot] = taken
 
+    @property
+    def on_host(self) -> bool:
+        """Whether kept outputs wait away from their device (files, or host buffers)."""
+        return self.spill_dir is not None or bool(self.buffers) and self.buffers[0].device != self.home
+
     def output_of(self, taken: "Taken") -> torch.Tensor:
-        """A kept call's output: its buffer, or its file read back."""
+        """A kept call's output: its buffer (back on its device), or its file read back."""
         if taken.out is not None:
-            return taken.out
+            return taken.out.to(self.home) if self.home is not None and taken.out.device != self.home else taken.out
         slot = next(s for s, t in self.kept.items() if t is taken)
         path, shape, dtype = self.spilled[slot]
         numel = math.prod(shape)
@@ -213,7 +229,8 @@ class PairJudgement:
         """`sample`: judge a secret sample of this many timed calls (TimedSample); None: every
         timed output handed over, as it comes."""
         self.judge, self.problem, self.seeds = judge, problem, seeds
-        self.sample = TimedSample(sample, judge.spill_dir) if sample is not None else None
+        self.sample = TimedSample(sample, judge.spill_dir, device_bytes=judge.cache.budget // 2) \
+            if sample is not None else None
         self.slot = 0         # where the sample keeps the timed output being taken (passes)
         self.run, self.dtype = run, casts(run)  # the run's precision; the dtype it casts to (None: none)
         self.tol = {name: SimpleNamespace(**t) for name, t in tolerances.items()}
@@ -353,8 +370,8 @@ class PairJudgement:
             taken.inputs = self.problem.inputs(self._overrides(taken.entry["shape"]), taken.entry["seed"], self.dtype)
             self.judge_output(taken)
             taken.inputs = []
-            if self.sample.spill_dir is not None:
-                taken.out = None  # read back for its judgement only
+            if self.sample.on_host:
+                taken.out = None  # back on the device for its judgement only
             if not self.results[-1]["ok"]:
                 break
         self.sample.release()
