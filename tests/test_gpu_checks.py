@@ -82,4 +82,6 @@ def test_direct_kernel_is_fp32_and_not_flagged(gpu_run):
     assert r.status is Status.OK and r.correctness["precision"] == "fp32", r.message
     assert not r.flags and r.timing["baseline"] == "reference_fp32"
     checked = r.correctness["checked"]
-    assert checked["shapes"] == 1 and checked["timed"] == load_config(None).checks.timed_output_checks == 6, checked
+    k = load_config(None).checks.timed_output_checks
+    assert checked["shapes"] == 1 and k == 6 and checked["timed"] == min(k, checked["timed_calls"]), checked
+    assert "in secret" in checked["timed_rule"], checked  # on CUDA too by default (checks.secret_timed_checks)
