@@ -3,7 +3,6 @@ and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (ha
 Where the pair's time went is recorded in its phases."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import time
@@ -18,8 +17,8 @@ from .build import LOG_NAME
 from .env import gpu_now
 from .channel import ChannelClosed
 from .isolation import Outcome, tail
-from .pool import kill
-from .precision import baseline as baseline_of, casts, classes, loosest, strict_backends, strict_role
+from .pool import kill, signal_spare
+from .precision import baseline as baseline_of, casts, classes, loosest, strict_role
 from .failures import failure, limit_hint
 from .judge import TimedSample
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
@@ -118,7 +117,7 @@ class ReferenceRounds:
     def pause(self) -> None:
         """The reference worker stopped while the solution's worker times (it may still be setting up)."""
         if self.spare is not None:
-            _signal_group(self.spare.pid, signal.SIGSTOP)
+            signal_spare(self.spare, signal.SIGSTOP)
 
     def block(self, message: dict[str, Any]) -> None:
         if self.failed:
@@ -129,7 +128,7 @@ class ReferenceRounds:
             per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
             _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
             self._wait_idle()
-            _signal_group(self.spare.pid, signal.SIGCONT)
+            signal_spare(self.spare, signal.SIGCONT)
             try:
                 block = self._serve(each)
             finally:
@@ -193,7 +192,7 @@ class ReferenceRounds:
             if self.failed:
                 self.lane.end_reference_worker()
             else:
-                _signal_group(spare.pid, signal.SIGSTOP)
+                signal_spare(spare, signal.SIGSTOP)
         if self.sink.sample is not None:
             self.sink.sample.release()
         self.lane.judge.release(force=True)
@@ -212,13 +211,6 @@ class ReferenceRounds:
         if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
             return {"reference": stats, strict_role(self.run): stats}
         return {self.role: stats}
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:

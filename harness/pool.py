@@ -75,7 +75,7 @@ class WorkerPool:
         theirs.close()
         spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None)
         if self.frozen:
-            _signal(spare, signal.SIGSTOP)
+            signal_spare(spare, signal.SIGSTOP)
         return spare
 
     def fill(self) -> None:
@@ -102,7 +102,7 @@ class WorkerPool:
         """The oldest spare (it may still be importing: its "run" then waits in the channel)."""
         self.tick()
         spare = self.spares.pop(0) if self.spares else self.spawn()
-        _signal(spare, signal.SIGCONT)
+        signal_spare(spare, signal.SIGCONT)
         self.fill()
         return spare
 
@@ -111,12 +111,12 @@ class WorkerPool:
         profiler start-up take CPU time and driver work that would show in the measurement."""
         self.frozen = True
         for spare in self.spares:
-            _signal(spare, signal.SIGSTOP)
+            signal_spare(spare, signal.SIGSTOP)
 
     def thaw(self) -> None:
         self.frozen = False
         for spare in self.spares:
-            _signal(spare, signal.SIGCONT)
+            signal_spare(spare, signal.SIGCONT)
 
     def fresh(self, extra_env: Mapping[str, str]) -> Spare:
         """A worker outside the pool, with `extra_env` set before it starts (e.g.
@@ -145,7 +145,7 @@ def retire(spare: Spare) -> int:
     return killed
 
 
-def _signal(spare: Spare, sig: int) -> None:
+def signal_spare(spare: Spare, sig: int) -> None:
     try:
         os.killpg(spare.pid, sig)
     except (ProcessLookupError, PermissionError):
