@@ -21,14 +21,20 @@ from typing import Any
 import torch
 
 from .handoff import HandoffError, Imports, overlaps, snapshot
-from .numerics import (classify, diagnose_parameters, explain_by_variants, float64_copy, ground_truth,
-                       rounded_tolerance, rounding_errors)
+from .numerics import (classify, compare, diagnose_parameters, explain_by_variants, float64_copy, ground_truth,
+                       rel_l2, rounded_tolerance, rounding_errors, strict_float32)
 from .precision import casts, loosest
 from .problems import construct, load_module, make_inputs
 from .sandbox import allocation_failed
 
 
 SHARED_ROUNDING_NUMEL = 1 << 20
+
+# The screen of a kept timed output (PairJudgement.screen): the float32 reference's own error on a
+# new input is taken to be at most this many times the largest it made on the shape's trials, and
+# the screen is used only where that leaves at least half of the strictest class's tolerance.
+SCREEN_FACTOR = 4.0
+SCREEN_MIN_TRIALS = 2
 
 
 class TruthCache:
@@ -242,6 +248,7 @@ class PairJudgement:
         self.truth_s = 0.0
         self.truth_cached = 0
         self.truth_computed = 0
+        self.screened = 0     # timed outputs judged by the screen, without a float64 truth of their own
         self.on_host = 0      # outputs compared on the host: the device had no room (compare)
 
     def _overrides(self, shape_index: int) -> dict[str, Any]:
@@ -362,13 +369,15 @@ class PairJudgement:
         return self.sample is not None and taken.entry.get("kind") == "timed" and taken.problem is None
 
     def judge_sample(self) -> None:
-        """After the last call: judge the timed outputs the sample kept, in call order."""
+        """After the last call: judge the timed outputs the sample kept, in call order, each by the
+        screen where it settles the output, else against its own ground truth."""
         if self.sample is None:
             return
         for taken in sorted(self.sample.kept.values(), key=lambda t: t.entry["trial"]):
             taken.out = self.sample.output_of(taken)
             taken.inputs = self.problem.inputs(self._overrides(taken.entry["shape"]), taken.entry["seed"], self.dtype)
-            self.judge_output(taken)
+            if not self.screen(taken):
+                self.judge_output(taken)
             taken.inputs = []
             if self.sample.on_host:
                 taken.out = None  # back on the device for its judgement only
@@ -376,12 +385,124 @@ class PairJudgement:
                 break
         self.sample.release()
 
+    def reference_error(self, entry: dict[str, Any], inputs: list, truth: torch.Tensor) -> None:
+        """On a trial whose float64 truth was just computed: the float32 reference's own error on
+        it (max |r - truth| and rel L2), kept for the run per output key. The screen's bound for
+        a shape is the largest over its trials' seeds."""
+        key = self._key(entry["shape"], entry["seed"])
+        if key in self.judge.reference_errors:
+            return
+        start = time.monotonic()
+        errors = None
+        try:
+            model = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"], self.dtype)["model"]
+            r = strict_float32(model, inputs, self.problem.device)
+            if (isinstance(r, torch.Tensor) and r.is_floating_point() and tuple(r.shape) == tuple(truth.shape)
+                    and bool(torch.isfinite(truth).all()) and bool(torch.isfinite(r).all())):
+                max_abs = float((r.to(torch.float64) - truth).abs().max()) if r.numel() else 0.0
+                errors = {"max_abs": max_abs, "rel_l2": rel_l2(r, truth)}
+            del r
+        except (RuntimeError, TypeError, NotImplementedError):
+            errors = None
+        self.judge.sync()
+        self.truth_s += time.monotonic() - start
+        self.judge.reference_errors[key] = errors
+
+    def screen_bound(self, shape_index: int) -> dict[str, Any] | None:
+        """The float32 reference's error bound on a new input of this shape: SCREEN_FACTOR times
+        the largest it made on the shape's trials (at least SCREEN_MIN_TRIALS of them, none of
+        them unmeasurable); None where there is no such bound."""
+        shape_key = self._key(shape_index, 0)[:3]
+        errors = [e for k, e in self.judge.reference_errors.items() if k[:3] == shape_key and k[4] == self.run]
+        if len(errors) < SCREEN_MIN_TRIALS or any(e is None for e in errors):
+            return None
+        return {"max_abs": SCREEN_FACTOR * max(e["max_abs"] for e in errors),
+                "rel_l2": SCREEN_FACTOR * max(e["rel_l2"] for e in errors), "trials": len(errors)}
+
+    def screen(self, taken: Taken) -> bool:
+        """Judge a kept timed output (or the profiled call's) without a float64 truth of its own
+        where that cannot change its verdict: against the reference run in float32 (TF32 off) on
+        the same inputs, r, whose own error on them is at most d elementwise and e in rel L2
+        (screen_bound). Class by class, strictest first, as classify goes: within the class's
+        tolerance narrowed by that error (atol - d(1 + rtol), (rel_l2 - e) / (1 + e)) of r, the
+        output is within the class of the float64 truth (triangle inequality): settled, in that
+        class. Outside the tolerance widened by it (atol + d(1 + rtol), (rel_l2 + e) / (1 - e)),
+        it is outside the class of the truth too: on to the next class. In between, or for a
+        class whose bound is not known yet (the tf32 class's, set from rounding errors kept per
+        shape only for outputs of a million elements or more), or once every class has failed,
+        the output goes to judge_output and its own float64 truth, which also explains a failure.
+        Returns whether it settled the output."""
+        entry = taken.entry
+        if taken.problem or self.precision != "float64" or not self.tol:
+            return False
+        bound = self.screen_bound(entry["shape"])
+        ref = self.problem.reference(self._overrides(entry["shape"]), self.seeds["init"], self.dtype)
+        if bound is None or ref["dtype"] is None:
+            return False
+        d, e = bound["max_abs"], bound["rel_l2"]
+        start = time.monotonic()
+        settled = None
+        try:
+            r = strict_float32(ref["model"], taken.inputs, self.problem.device)
+            if isinstance(r, torch.Tensor) and bool(torch.isfinite(r).all()):
+                settled = self._screen_classes(taken.out, r, ref["dtype"], entry, d, e)
+        except Exception as exc:  # noqa: BLE001 - out of memory: the output goes to judge_output
+            if not allocation_failed(exc):
+                raise
+        r = None
+        self.judge.sync()
+        self.truth_s += time.monotonic() - start
+        if settled is None:
+            return False
+        name, narrowed = settled
+        self.screened += 1
+        self.results.append({"ok": True, "precision": name, "kind": entry["kind"], "shape": entry["shape"],
+                             "trial": entry["trial"], "seed": entry["seed"], "overrides": self._overrides(entry["shape"]),
+                             "message": f"within the {name} class: against the float32 reference (TF32 off) within "
+                                        f"atol {narrowed.atol:.3g}, rel L2 {narrowed.rel_l2:.3g}, that reference's "
+                                        f"own error bounded by {d:.3g} and {e:.3g}",
+                             "screened": {"against": "float32_strict", "reference_max_abs": d,
+                                          "reference_rel_l2": e, "trials": bound["trials"]}})
+        return True
+
+    def _screen_classes(self, out: torch.Tensor, r: torch.Tensor, dtype, entry: dict[str, Any], d: float,
+                        e: float) -> tuple[str, Any] | None:
+        """(class, narrowed tolerance) the screen settles `out` in, or None (see screen)."""
+        for name, tol in self.tol.items():
+            if getattr(tol, "between", None) is not None:
+                key = self._key(entry["shape"], None)
+                if r.numel() < SHARED_ROUNDING_NUMEL or key not in self.judge.rounding:
+                    return None
+                floor = self.tol["fp32"].rel_l2 if "fp32" in self.tol and name != "fp32" else 0.0
+                tol = rounded_tolerance(tol, self.judge.rounding[key], floor)
+            narrowed = SimpleNamespace(atol=tol.atol - d * (1 + tol.rtol), rtol=tol.rtol,
+                                       rel_l2=(tol.rel_l2 - e) / (1 + e))
+            if (narrowed.atol >= tol.atol / 2 and narrowed.rel_l2 >= tol.rel_l2 / 2
+                    and compare(out, r, dtype, narrowed, explain=False).ok):
+                return name, narrowed
+            widened = SimpleNamespace(atol=tol.atol + d * (1 + tol.rtol), rtol=tol.rtol,
+                                      rel_l2=(tol.rel_l2 + e) / (1 - e) if e < 1 else float("inf"))
+            if compare(out, r, dtype, widened, explain=False).ok:
+                return None  # within the uncertainty of r: its own truth decides
+        return None
+
+    def judge_taken(self, taken: Taken) -> None:
+        """An output taken while the worker was stopped and judged at once: the profiled call's by
+        the screen where it settles it (a timed input, whose ground truth no trial shares), any
+        other against its ground truth."""
+        if taken.entry.get("kind") == "profile" and self.screen(taken):
+            return
+        self.judge_output(taken)
+
     def judge_output(self, taken: Taken) -> dict[str, Any]:
         entry = taken.entry
         if taken.problem:
             result = {"ok": False, "precision": None, "message": taken.problem}
         else:
+            computed = self.truth_computed
             truth, self.precision, expected_dtype = self.truth(entry["shape"], entry["seed"], taken.inputs)
+            if entry["kind"] == "trial" and self.precision == "float64" and self.truth_computed > computed:
+                self.reference_error(entry, taken.inputs, truth)
             bounds: dict[str, Any] = {}
             tolerances = {name: (functools.partial(self.rounded, name, entry, taken.inputs, truth, bounds)
                                  if getattr(tol, "between", None) is not None else tol)
@@ -459,13 +580,14 @@ class PairJudgement:
             "rel_l2_error": max((r["rel_l2_error"] for r in numeric), default=None),
             "min_margin": min((r["margin"] for r in numeric), default=None),
             "checked": {"trials": sum(r["kind"] == "trial" for r in results),
+                        "profiled": sum(r["kind"] == "profile" for r in results),
                         "timed": sum(r["kind"] == "timed" for r in results), "shapes": len(self.seeds["shapes"]),
                         **({"timed_calls": self.sample.seen,
                             "timed_rule": f"a uniform sample of {self.sample.k} of the timed calls, drawn in secret "
                                           f"by the lane (every timed call handed over alike)"}
                            if self.sample is not None else
                            {"timed_rule": "the last checks.timed_output_checks calls after the timed ones"})},
-            "truth": {"computed": self.truth_computed, "reused": self.truth_cached,
+            "truth": {"computed": self.truth_computed, "reused": self.truth_cached, "screened": self.screened,
                       **({"compared_on_host": self.on_host} if self.on_host else {})},
             "outputs": results,
         }
@@ -480,6 +602,7 @@ class Judge:
         self.spill_dir = spill_dir
         self.cache = TruthCache(cache_bytes)
         self.rounding: dict[tuple, dict[str, float] | None] = {}  # output key -> numerics.rounding_errors
+        self.reference_errors: dict[tuple, dict[str, float] | None] = {}  # trial key -> PairJudgement.reference_error
         self.problems: dict[str, ProblemState] = {}
 
     def problem(self, path: Path, sha256: str) -> ProblemState:

@@ -55,6 +55,14 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
         return out, "float64"
     except (RuntimeError, TypeError, NotImplementedError):
         pass
+    return strict_float32(model, inputs, device), "float32_strict"
+
+
+@torch.no_grad()
+def strict_float32(model: torch.nn.Module, inputs: Sequence[Any], device) -> Any:
+    """`model` run in float32 with TF32 off (half-precision parameters, buffers and inputs upcast):
+    the ground truth of a model that cannot run in float64, and the reference a timed output is
+    screened against (judge.PairJudgement.screen)."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     half = (torch.float16, torch.bfloat16)
@@ -66,7 +74,7 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
         out = m32(*[up(x) for x in inputs])
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    return out, "float32_strict"
+    return out
 
 
 # Elements per comparison chunk: the float64 temporaries of a chunk take about 1 GB on the GPU
