@@ -59,15 +59,54 @@ def peak_bandwidth(properties) -> float | None:
     return 2.0 * float(clock) * 1e3 * float(width) / 8.0
 
 
-def floor(out_bytes: int, properties) -> dict[str, Any] | None:
-    """The least time (ms) a call whose output is `out_bytes` takes on a device with these
-    properties, or None where it cannot be told (no bandwidth, or an output that fits in L2)."""
+# Dense tensor-core arithmetic per SM and clock, in FLOP (a multiply-add is 2), at the fastest
+# operand type of 8 bits or more each architecture has (int8 or fp8; 4-bit products are left out:
+# meeting a class of fp16 or wider from them takes more products than their rate gains). From
+# NVIDIA's datasheets, over SMs x boost clock: V100 fp16, T4/A10/L40S int8 or fp8, A100 int8,
+# H100/H200 fp8 and int8 (1979 TFLOP/s at 1.83 GHz x 132 SMs), B200 fp8.
+TENSOR_FLOP_PER_SM_CLOCK = {(7, 0): 1024, (7, 2): 1024, (7, 5): 2048, (8, 0): 4096, (8, 6): 2048, (8, 7): 2048,
+                            (8, 9): 2048, (9, 0): 8192, (10, 0): 16384}
+
+
+def peak_flops(properties) -> float | None:
+    """FLOP per second the device can do at most in any arithmetic a class can be met with: the
+    fastest dense tensor-core rate (TENSOR_FLOP_PER_SM_CLOCK) x SMs x the SM clock (clock_rate,
+    kHz, the boost clock); None for an architecture not in the table or a device that does not say."""
+    per = TENSOR_FLOP_PER_SM_CLOCK.get((getattr(properties, "major", None), getattr(properties, "minor", None)))
+    sms = getattr(properties, "multi_processor_count", None)
+    clock = getattr(properties, "clock_rate", None)
+    if not per or not sms or not clock:
+        return None
+    return float(per) * float(sms) * float(clock) * 1e3
+
+
+def floor(out_bytes: int, properties, in_bytes: int = 0, declared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The least time (ms) a call takes on a device with these properties, or None where it
+    cannot be told. Always: its output written at the device's peak memory bandwidth, the part
+    that can stay in L2 left out. Where the problem declares it (problems.declaration): every
+    input byte read as well (`reads_inputs`: after the L2 flush they come from memory), and its
+    least arithmetic (`min_flop`) at the fastest rate of peak_flops. The floor is the larger."""
     bandwidth = peak_bandwidth(properties)
     l2 = int(getattr(properties, "L2_cache_size", 0) or 0)
-    if not bandwidth or out_bytes <= l2:
+    declared = declared or {}
+    reads = int(in_bytes) if declared.get("reads_inputs") else 0
+    moved = reads + max(0, int(out_bytes) - l2)
+    bytes_ms = moved / bandwidth * 1e3 if bandwidth and moved > 0 else None
+    flops = peak_flops(properties)
+    flop = declared.get("min_flop")
+    flop_ms = flop / flops * 1e3 if flop and flops else None
+    if bytes_ms is None and flop_ms is None:
         return None
-    return {"ms": (out_bytes - l2) / bandwidth * 1e3, "out_bytes": int(out_bytes), "l2_bytes": l2,
-            "peak_bandwidth_tb_s": round(bandwidth / 1e12, 3)}
+    found: dict[str, Any] = {"ms": max(bytes_ms or 0.0, flop_ms or 0.0),
+                             "bound": "flop" if (flop_ms or 0.0) > (bytes_ms or 0.0) else "bytes",
+                             "out_bytes": int(out_bytes), "l2_bytes": l2}
+    if bandwidth:
+        found.update(bytes_ms=bytes_ms or 0.0, peak_bandwidth_tb_s=round(bandwidth / 1e12, 3))
+    if declared:
+        found.update(declared=declared.get("file", ""), in_bytes=reads)
+    if flop_ms is not None:
+        found.update(flop_ms=flop_ms, min_flop=int(flop), peak_tflops=round(flops / 1e12, 1))
+    return found
 
 
 def below_floor(timing: dict[str, Any], floor_: dict[str, Any] | None) -> str:
@@ -77,7 +116,16 @@ def below_floor(timing: dict[str, Any], floor_: dict[str, Any] | None) -> str:
     ms = timing["solution"]["median_ms"]
     if ms >= floor_["ms"]:
         return ""
-    return (f"measured {ms:.4g} ms a call, below the floor of {floor_['ms']:.4g} ms: its output "
-            f"({floor_['out_bytes'] / 1e6:.1f} MB, {floor_['l2_bytes'] / 1e6:.0f} MB of it allowed for in L2) "
-            f"cannot be written that fast at the device's peak memory bandwidth "
-            f"({floor_['peak_bandwidth_tb_s']} TB/s)")
+    if floor_.get("bound") == "flop":
+        gflop = floor_["min_flop"] / 1e9
+        why = (f"the {f'{gflop:,.0f}' if gflop >= 100 else f'{gflop:.3g}'} GFLOP its problem declares it needs at least "
+               f"({floor_.get('declared') or 'declared'}) cannot be done that fast at the device's fastest "
+               f"dense tensor-core rate ({floor_['peak_tflops']} TFLOP/s)")
+    else:
+        reads = floor_.get("in_bytes") or 0
+        why = (f"its output ({floor_['out_bytes'] / 1e6:.1f} MB, {floor_['l2_bytes'] / 1e6:.0f} MB of it allowed "
+               f"for in L2)" + (f" and its inputs ({reads / 1e6:.1f} MB, each byte needed: "
+                                f"{floor_.get('declared') or 'declared'})" if reads else "")
+               + f" cannot be moved that fast at the device's peak memory bandwidth "
+                 f"({floor_['peak_bandwidth_tb_s']} TB/s)")
+    return f"measured {ms:.4g} ms a call, below the floor of {floor_['ms']:.4g} ms: {why}"

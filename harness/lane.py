@@ -45,6 +45,7 @@ from .isolation import Outcome, become_subreaper, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill, retire
 from .checks import dependence, floor
 from .precision import casts, classes, strict_backends, strict_role
+from .problems import declaration
 from .results import Status
 from .sandbox_check import check_sandbox, wanted
 from .timing import malloc_env
@@ -187,12 +188,13 @@ class Lane:
             depends = self._dependence(model, pool, job)
         if stats and strict not in stats:  # on the CPU there is no stricter setting
             stats[strict] = stats["reference"]
-        io_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
+        in_bytes = sum(x.numel() * x.element_size() for x in pool.live if isinstance(x, torch.Tensor))
         pool = None  # the inputs' and output's memory goes back before any worker runs
         self.judge.release(force=True)
+        declared = declaration(Path(job["problem_path"]), problem.sha256)
         return {"stats": stats, "at": time.monotonic(), "iso": now(), "temp": temp, "clock": clock, "gpu_s": gpu_s,
-                "out_bytes": out_bytes, "io_bytes": io_bytes + out_bytes, "latest": {},
-                "checks": {"dependence": depends, "floor": self.floor(out_bytes)}}
+                "out_bytes": out_bytes, "io_bytes": in_bytes + out_bytes, "latest": {},
+                "checks": {"dependence": depends, "floor": self.floor(out_bytes, in_bytes, declared)}}
 
     def _dependence(self, model, pool, job: dict[str, Any]) -> dict[str, Any]:
         """The problem's dependence on its inputs (checks.dependence): the reference's outputs for
@@ -207,13 +209,13 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 - not measured (e.g. no room): no flag
             return {"measured": False, "why": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
-    def floor(self, out_bytes: int) -> dict[str, Any] | None:
-        """The least time a call with this output can take on this lane's device (checks.floor)."""
+    def floor(self, out_bytes: int, in_bytes: int = 0, declared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The least time a call of this problem can take on this lane's device (checks.floor)."""
         if self.device != "cuda":
             return None
         try:
             import torch
-            return floor(out_bytes, torch.cuda.get_device_properties(0))
+            return floor(out_bytes, torch.cuda.get_device_properties(0), in_bytes, declared)
         except Exception:  # noqa: BLE001 - a device that does not say: no floor
             return None
 

@@ -195,6 +195,61 @@ def validate(problem: Problem, extra_shapes: list[dict] | None = None, where: st
                        f"get_init_inputs() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(value, (list, tuple)):
         raise BadInput(_display(problem.path), f"get_init_inputs() must return a list, got {type(value).__name__}")
+    declaration(problem.path, problem.sha256)
+
+
+# -- what a problem declares of its calls, for the physical floor ---------------------------------
+FLOORS_FILE = "floors.yaml"
+DECLARED = {"sha256": str, "reads_inputs": bool, "min_flop": int, "why": str}
+
+
+def declaration(path: Path, sha256: str) -> dict | None:
+    """What the problem file at `path` declares of every call at its benchmark shape, from
+    floors.yaml beside it (problem files stay byte for byte as published, so the declaration
+    lives outside them), or None where it declares nothing:
+
+        <file name>.py:
+          sha256: ...         the version of the file the declaration holds for
+          reads_inputs: true  a right output depends on every byte of every input tensor
+          min_flop: 123       arithmetic that no algorithm meeting the run's class avoids
+          why: ...            how those were established
+
+    harness/checks.py floor turns them into times. Raises BadInput for a malformed file or a
+    declaration made for another version of the problem file."""
+    import yaml
+    path = Path(path)
+    file = path.parent / FLOORS_FILE
+    if not file.is_file():
+        return None
+    where = _display(file)
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise BadInput(where, f"not readable YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise BadInput(where, "must map problem file names to their declarations")
+    entry = data.get(path.name)
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise BadInput(where, f"{path.name}: a declaration is a mapping ({', '.join(DECLARED)})")
+    unknown = sorted(set(entry) - set(DECLARED))
+    if unknown:
+        raise BadInput(where, f"{path.name}: unknown key {', '.join(unknown)} (known: {', '.join(DECLARED)})")
+    for key, kind in DECLARED.items():
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+                                  or (kind is int and value <= 0)):
+            raise BadInput(where, f"{path.name}: {key} must be {'a positive integer' if kind is int else kind.__name__}, "
+                                  f"got {value!r}")
+    if not entry.get("sha256"):
+        raise BadInput(where, f"{path.name}: no sha256 (the version of the problem file the declaration holds for)")
+    if entry["sha256"] != sha256:
+        raise BadInput(where, f"{path.name}: declared for another version of the problem file (sha256 "
+                              f"{entry['sha256'][:12]}..., the file's is {sha256[:12]}...); declare it again "
+                              f"(tools/declare_floors.py) or remove its entry")
+    return {"file": where, "reads_inputs": bool(entry.get("reads_inputs", False)),
+            **({"min_flop": entry["min_flop"]} if entry.get("min_flop") else {})}
 
 
 def make_inputs(module: types.ModuleType, seed: int, device, dtype: str | None = None) -> list:

@@ -97,3 +97,67 @@ def test_below_the_floor_fails_by_default_and_flag_only_flags():
     assert flags_of({**base, "below_floor": "fail"}, timing, {}, {"floor": floor}) == (["below_floor"], ["below_floor"])
     assert flags_of({**base, "below_floor": "flag"}, timing, {}, {"floor": floor}) == (["below_floor"], [])
     assert flags_of({**base, "below_floor": "fail"}, {"solution": {"median_ms": 2.0}}, {}, {"floor": floor}) == ([], [])
+
+
+H200 = SimpleNamespace(memory_clock_rate=3_201_000, memory_bus_width=6144, L2_cache_size=60 * 2**20,
+                       major=9, minor=0, multi_processor_count=132, clock_rate=1_980_000)
+
+
+def test_a_declared_problem_adds_its_inputs_and_its_least_arithmetic_to_the_floor():
+    bandwidth = checks.peak_bandwidth(H200)
+    assert checks.peak_flops(H200) == pytest.approx(8192 * 132 * 1.98e9)
+    out, inputs = 2_000_000_000, 1_000_000_000
+    reads = checks.floor(out, H200, inputs, {"file": "problems/x/floors.yaml", "reads_inputs": True})
+    assert reads["ms"] == pytest.approx((inputs + out - 60 * 2**20) / bandwidth * 1e3)
+    assert reads["bound"] == "bytes" and reads["in_bytes"] == inputs
+    assert checks.floor(out, H200, inputs, {"file": "f", "reads_inputs": False})["in_bytes"] == 0  # not declared
+    small = checks.floor(10**6, H200, 10**6, {"file": "f", "reads_inputs": True})               # output fits in L2
+    assert small["ms"] == pytest.approx(10**6 / bandwidth * 1e3)
+    heavy = checks.floor(10**6, H200, 0, {"file": "problems/x/floors.yaml", "min_flop": 10**13})
+    assert heavy["bound"] == "flop" and heavy["ms"] == pytest.approx(1e13 / checks.peak_flops(H200) * 1e3)
+    line = checks.below_floor({"solution": {"median_ms": 1.0}}, heavy)
+    assert "10,000 GFLOP its problem declares" in line and "problems/x/floors.yaml" in line
+    assert "inputs (1000.0 MB" in checks.below_floor({"solution": {"median_ms": 0.1}}, reads)
+    unknown = SimpleNamespace(**{**vars(H200), "major": 99})                                    # no rate known
+    assert checks.floor(10**6, unknown, 0, {"file": "f", "min_flop": 10**13}) is None
+
+
+def test_the_conv_families_declarations_are_what_the_tool_writes_and_hold_for_their_files():
+    import subprocess
+    import sys
+
+    from harness import problems
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "tools/declare_floors.py", "--check"], cwd=root, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    declared = {p.id: problems.declaration(p.path, p.sha256) for p in problems.select("conv_transpose2d")}
+    assert all(d and d["reads_inputs"] and d["min_flop"] > 0 for d in declared.values()), declared
+    from tools.declare_floors import reaches_every_input
+    assert reaches_every_input(128, 3, 2, 1, 2, 0)
+    assert not reaches_every_input(8, 3, 1, 3, 1, 0)  # padding past the kernel: border inputs reach nothing
+
+
+def test_a_malformed_or_stale_declaration_is_one_line_naming_the_file(tmp_path):
+    from harness.errors import BadInput
+    from harness.problems import declaration, file_sha256
+    problem = tmp_path / "fam" / "1_p.py"
+    problem.parent.mkdir()
+    problem.write_text("x = 1\n")
+    sha = file_sha256(problem)
+    floors = problem.parent / "floors.yaml"
+    assert declaration(problem, sha) is None
+    cases = {"1_p.py: [1, 2]\n": "a declaration is a mapping",
+             f"1_p.py: {{sha256: {sha}, min_flops: 3}}\n": "unknown key min_flops",
+             f"1_p.py: {{sha256: {sha}, min_flop: -3}}\n": "min_flop must be a positive integer",
+             f"1_p.py: {{sha256: {sha}, reads_inputs: 'yes'}}\n": "reads_inputs must be bool",
+             "1_p.py: {reads_inputs: true}\n": "no sha256",
+             "1_p.py: {sha256: abc, reads_inputs: true}\n": "declared for another version of the problem file",
+             "1_p.py: {sha256: [\n": "not readable YAML"}
+    for text, expected in cases.items():
+        floors.write_text(text)
+        with pytest.raises(BadInput) as caught:
+            declaration(problem, sha)
+        assert caught.value.where.endswith("floors.yaml") and expected in caught.value.problem, caught.value.problem
+    floors.write_text(f"1_p.py: {{sha256: {sha}, reads_inputs: true, min_flop: 12}}\n")
+    assert declaration(problem, sha) == {"file": str(floors), "reads_inputs": True, "min_flop": 12}
