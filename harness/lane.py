@@ -358,7 +358,7 @@ class Lane:
                 judgement.take_state(message, payload, self.device)
                 taken = None
         if taken is not None and not judgement.deferred(taken):
-            judgement.judge_output(taken)
+            judgement.judge_taken(taken)
         del taken
         self.judge.release()
         spare.channel.send({"op": "ack"})
