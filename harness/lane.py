@@ -42,7 +42,7 @@ from . import sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, become_subreaper, die_with_parent, tail
-from .pool import Spare, WorkerPool, kill, retire
+from .pool import Spare, WorkerPool, kill, retire, signal_spare
 from .checks import dependence, floor
 from .precision import casts, classes, strict_backends, strict_role
 from .problems import declaration
@@ -222,19 +222,32 @@ class Lane:
     # -- the reference worker, once per problem --------------------------------------------------
     def reference_worker(self, job: dict[str, Any], request_of) -> Spare:
         """The worker that times the reference's rounds (harness/pair.py ReferenceRounds) for the
-        problem of `job`: the one kept from the problem's previous pair when it times the same
-        thing (problem file, seeds, timing, precision and checks), else a fresh one from the pool,
-        sent its request (`request_of(spare)`) at once, so that it sets itself up while the pair's
-        solution runs its trials; the one it replaces is ended. It is stopped between blocks."""
+        problem of `job`: the one kept from the previous pair, as it is where it times the same
+        thing (problem file, seeds, timing, precision and checks), else sent the new request
+        (`request_of(spare)`, {"op": "problem"}); a fresh one from the pool where there is none
+        (or it is gone), sent its request. Either way at once, so that it sets itself up while the
+        pair's solution runs its trials. It is stopped between blocks."""
         key = json.dumps([job["problem"]["sha256"], job["problem_path"], job["seeds"]["init"], job["seeds"]["timing"],
                           job["config"]["timing"], job["config"]["precision"], job["config"]["checks"]],
                          sort_keys=True, default=str)
-        if self.ref_worker is not None and self.ref_worker[0] == key and self.ref_worker[1].proc.poll() is None:
-            return self.ref_worker[1]
+        if self.ref_worker is not None and self.ref_worker[1].proc.poll() is None:
+            kept, spare = self.ref_worker
+            if kept == key:
+                return spare
+            try:
+                signal_spare(spare, signal.SIGCONT)
+                spare.channel.send({"op": "problem", "request": request_of(spare)})
+                spare.state = "starting"
+                spare.problems += 1
+                self.ref_worker = (key, spare)
+                return spare
+            except (ChannelClosed, OSError):
+                pass
         self.end_reference_worker()
         spare = self.pool.take()
         spare.state = "starting"
         spare.channel.send({"op": "run", "request": request_of(spare)})
+        spare.problems = 1
         self.ref_worker = (key, spare)
         return spare
 

@@ -113,6 +113,7 @@ class ReferenceRounds:
         self.spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare,
                                                                         entry.get("out_bytes", 0)))
         self.fresh = self.spare.state != "serving"   # its set-up is still to come
+        self.worker_problems = self.spare.problems   # the problems the worker has been set up for, this one included
 
     def pause(self) -> None:
         """The reference worker stopped while the solution's worker times (it may still be setting up)."""
@@ -206,7 +207,7 @@ class ReferenceRounds:
             return {}
         stats = stats_of([x for block in self.blocks for x in block], SimpleNamespace(name=self.timer_name))
         stats = {**stats, "interleaved": True, "measured_at": now(), "age_s": 0.0, "reused": False,
-                 "measured_in": "reference worker",
+                 "measured_in": "reference worker", "worker_problems": self.worker_problems,
                  "rounds": [[round(x, 5) for x in block] for block in self.blocks]}
         if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
             return {"reference": stats, strict_role(self.run): stats}

@@ -36,6 +36,7 @@ class Spare:
     state: str = "starting"        # starting -> ready (imported and primed); or dead
     events: list = field(default_factory=list)
     scratch: Path | None = None    # its sandbox's scratch folder (None: no sandbox)
+    problems: int = 0              # a reference worker: the problems it has been set up for (lane.reference_worker)
 
     @property
     def pid(self) -> int:

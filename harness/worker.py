@@ -16,6 +16,7 @@ never decides correctness. Before every call it tells the lane ("call"), which b
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import sys
@@ -305,11 +306,22 @@ class Worker:
         """A reference worker (mode "reference"): no solution is imported. The problem's Model is
         made and called once as soon as the request comes (the lane sends it while the pair's
         solution runs its trials), then timed in the blocks the lane asks for ({"op": "block",
-        "role", "calls"}; a lane keeps the worker for the problem's later pairs), each call made
-        by timed_calls exactly as a solution's timed calls are, in a process of the same kind: so
-        the speedup compares like with like (the per-process cost of launching work, the
-        procedure of the secret checks). A role's first block is preceded by its warm-up calls.
-        Each block's times go back as a "block" event."""
+        "role", "calls"}), each call made by timed_calls exactly as a solution's timed calls are,
+        in a process of the same kind: so the speedup compares like with like (the per-process
+        cost of launching work, the procedure of the secret checks). A role's first block is
+        preceded by its warm-up calls. Each block's times go back as a "block" event. The lane
+        keeps the worker for the problem's later pairs and for its later problems: {"op":
+        "problem", "request"} sets it up for another (the previous model and inputs freed first),
+        which saves each problem a process start and a CUDA context."""
+        while self._serve_reference():
+            gc.collect()
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+        self.events.emit("gpu_time", **self.gpu)
+
+    def _serve_reference(self) -> bool:
+        """One problem's reference: set up, then blocks until "end" (False) or "problem" (True,
+        the request replaced)."""
         t = self.req["timing"]
         run = self.req.get("precision", "fp32")
         problem = load_module(Path(self.req["problem_path"]))
@@ -328,7 +340,12 @@ class Worker:
                 raise ChannelClosed("the lane closed the reference worker's channel")
             op = got[0]
             if op.get("op") == "end":
-                break
+                return False
+            if op.get("op") == "problem":
+                self.req = op["request"]
+                self.dtype = casts(self.req.get("precision", "fp32"))
+                self.hint_bytes = int(self.req.get("hint_bytes", 0))
+                return True
             if op.get("op") != "block":
                 continue
             role = op["role"]
@@ -339,7 +356,6 @@ class Worker:
                 block = [roles[role]() for _ in range(int(op["calls"]))]
             self.gpu["timed_s"] += sum(block) / 1e3
             self.events.emit("block", role=role, ms=block)
-        self.events.emit("gpu_time", **self.gpu)
 
     def profile(self, model, problem) -> None:
         """The profiled call: which share of its time PyTorch's library operators took

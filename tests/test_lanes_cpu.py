@@ -244,4 +244,23 @@ def test_an_a_a_pair_is_timed_by_a_reference_worker_with_the_allocator_fixed(tmp
     assert len(reference["rounds"]) == len(solution["rounds"]) == cfg.timing.rounds
     assert r.timing["speedup"] > 0 and len(r.timing["speedup_ci"]) == 2
     assert malloc_env({}) == MALLOC_ENV and "mmap_threshold" in MALLOC_ENV["GLIBC_TUNABLES"]
+    assert reference["worker_problems"] == 1
     assert malloc_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {}  # a user's own is left alone
+
+
+def test_one_reference_worker_serves_a_lanes_problems_in_turn(tmp_path):
+    """The lane keeps its reference worker from one problem to the next and sets it up for each
+    ({"op": "problem"}): a process start and a CUDA context less per problem. Each problem's
+    reference is still its own (right verdicts, its own rounds)."""
+    from harness.build import cache_dir_of
+    from harness.solutions import reference_solution
+    from run_eval import reference_dir
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "device": "cpu", "gpus": 1})
+    problems = [problem_from_path(ADD_PROBLEM), problem_from_path(FIXTURES / "problems" / "ct2d_small.py")]
+    pairs = [Pair(p, reference_solution(p, reference_dir(cache_dir_of(cfg)))) for p in problems]
+    results = evaluate(pairs, cfg, run_id="turns", out=lambda line: None)
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.message for r in results]
+    served = sorted(r.timing["reference"]["worker_problems"] for r in results)
+    assert served == [1, 2], served
+    assert all(r.timing["reference"]["measured_in"] == "reference worker" for r in results)
