@@ -10,7 +10,10 @@
     is flagged, and its speedups are left out of geometric means by default.
   - `floor`: the least time a call can take on this device: its output written at the device's
     peak memory bandwidth (from its properties: memory clock x bus width x 2), the part that can
-    sit in L2 left out. A solution measured faster is `below_floor` (checks.below_floor: flag|fail).
+    sit in L2 left out; where the problem declares it (floors.yaml beside its file:
+    problems.declaration), its inputs read as well and its least arithmetic at the device's
+    fastest dense tensor-core rate. A solution measured faster is `below_floor`
+    (checks.below_floor: flag|fail).
 
 Both are plain data in each result's `problem_checks`.
 """
