@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .blame import for_solution
-from .compile_only import find_nvcc
 from .inline import ErrorSite, Layout, as_list, candidate_files, check_call, describe_build_error
 
 LOG_NAME = "harness_build.log"
@@ -77,6 +77,14 @@ class Recorded(types.ModuleType):
         raise ExtensionDeferred(f"extension '{self.__name__}' is compiled after the build step (from what its "
                                 f"load_inline call recorded); its function '{item}' was used during the import")
 
+
+
+def find_nvcc() -> str | None:
+    """CUDA's compiler: $CUDA_HOME/bin/nvcc (or $CUDA_PATH's), else the one on PATH; None without."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and Path(home, "bin", "nvcc").exists():
+        return str(Path(home, "bin", "nvcc"))
+    return shutil.which("nvcc")
 
 def plain_params(params: dict[str, Any]) -> dict[str, Any]:
     """load_inline's arguments as plain data (a recipe crosses processes as JSON): paths as

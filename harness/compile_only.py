@@ -18,6 +18,8 @@ import subprocess
 import types
 from pathlib import Path
 
+from .build import find_nvcc  # noqa: F401 - where callers of compile-only look for it
+
 STUBS = {
     "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n",
     "cusparse.h": ("#pragma once\ntypedef struct cusparseContext* cusparseHandle_t;\n"
@@ -33,11 +35,6 @@ STUBS = {
 STUB_MARK = "kb-harness compile-only stub"
 
 
-def find_nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and Path(home, "bin", "nvcc").exists():
-        return str(Path(home, "bin", "nvcc"))
-    return shutil.which("nvcc")
 
 
 def cuda_home() -> str | None:
