@@ -473,8 +473,7 @@ class PairJudgement:
                 key = self._key(entry["shape"], None)
                 if r.numel() < SHARED_ROUNDING_NUMEL or key not in self.judge.rounding:
                     return None
-                floor = self.tol["fp32"].rel_l2 if "fp32" in self.tol and name != "fp32" else 0.0
-                tol = rounded_tolerance(tol, self.judge.rounding[key], floor)
+                tol = rounded_tolerance(tol, self.judge.rounding[key], self._rounded_floor(name))
             narrowed = SimpleNamespace(atol=tol.atol - d * (1 + tol.rtol), rtol=tol.rtol,
                                        rel_l2=(tol.rel_l2 - e) / (1 + e))
             if (narrowed.atol >= tol.atol / 2 and narrowed.rel_l2 >= tol.rel_l2 / 2
@@ -543,9 +542,12 @@ class PairJudgement:
             self.judge.rounding[key] = rounding_errors(model, inputs, truth, self.problem.device, entry["seed"])
             self.judge.sync()
             self.truth_s += time.monotonic() - start
-        floor = self.tol["fp32"].rel_l2 if "fp32" in self.tol and name != "fp32" else 0.0
-        bounds[name] = rounded_tolerance(self.tol[name], self.judge.rounding[key], floor)
+        bounds[name] = rounded_tolerance(self.tol[name], self.judge.rounding[key], self._rounded_floor(name))
         return bounds[name]
+
+    def _rounded_floor(self, name: str) -> float:
+        """The least rel L2 bound of a class set from rounding errors: the fp32 class's."""
+        return self.tol["fp32"].rel_l2 if "fp32" in self.tol and name != "fp32" else 0.0
 
     def take_state(self, entry: dict[str, Any], payload: bytes, device: str) -> None:
         """ModelNew's parameters against the reference's, after matched-seed construction."""
