@@ -60,6 +60,7 @@ class ChecksConfig:
     library_share: float = 0.5          # share of the solution's GPU time that counts as dominated
     timing_consistency: str = "flag"    # flag | fail: CUDA-event time far below wall time
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/checks.py)
+    placement: str = "fail"             # flag | fail: a timed worker's thread found off the timing CPU (harness/placement.py)
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
     secret_timed_checks: str = "auto"   # on: every timed call handed over alike | off: the last ones | auto
     poison: bool = True                 # fill the allocator's free memory with NaN before checked calls
@@ -83,6 +84,9 @@ class TimingConfig:
     # the same machine; the speedup's confidence interval is a bootstrap over the rounds
     rounds: int = 10
     confidence: float = 0.95
+    # both workers of a pair (the reference's and the solution's) pinned to one CPU, the lane's,
+    # while they are timed (harness/placement.py): auto = on CUDA lanes, on, off
+    pin_cpu: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,7 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         if not isinstance(shapes, list) or not all(isinstance(s, Mapping) and s for s in shapes):
             raise BadInput(where, f"correctness.extra_shapes.{key} must be a list of non-empty mappings "
                                   "(module-level constant -> value)")
-    for name in ("library_passthrough", "timing_consistency", "below_floor"):
+    for name in ("library_passthrough", "timing_consistency", "below_floor", "placement"):
         if getattr(k, name) not in ("flag", "fail"):
             raise BadInput(where, f"checks.{name} must be 'flag' or 'fail', got {getattr(k, name)!r}")
     if not 0 < k.library_share <= 1 or k.timed_output_checks < 0:
@@ -236,6 +240,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"gpus must be a number of GPUs >= 1 or 'all', got {cfg.gpus}")
     if not 0 <= c.truth_cache_fraction <= 0.9:
         raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
+    if t.pin_cpu not in ("auto", "on", "off"):
+        raise BadInput(where, f"timing.pin_cpu must be auto, on or off, got {t.pin_cpu!r}")
     if t.rounds < 1 or not 0.5 <= t.confidence < 1:
         raise BadInput(where, "timing.rounds must be >= 1 and timing.confidence in [0.5, 1)")
     if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:

@@ -134,6 +134,47 @@ def _landlock(pol: dict[str, Any], abi: int) -> list[str]:
     return active
 
 
+# seccomp (include/uapi/linux/seccomp.h, filter.h): one filter that refuses sched_setaffinity, so a
+# worker cannot move its threads off the CPU the lane pins it to while it is timed
+# (harness/placement.py); the lane, outside the filter, pins and restores them
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x20, 0x15, 0x06
+_X32_SYSCALL_BIT = 0x40000000
+_AFFINITY = {"x86_64": (0xC000003E, 203), "aarch64": (0xC00000B7, 122)}   # AUDIT_ARCH_*, __NR_sched_setaffinity
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _refuse_affinity() -> str:
+    """Install the filter (this thread and the threads it starts afterwards); what is active."""
+    arch, nr = _AFFINITY[os.uname().machine]
+    program = [
+        (_BPF_LD_W_ABS, 0, 0, 4),                       # seccomp_data.arch
+        (_BPF_JEQ_K, 1, 0, arch),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW),         # another ABI: nothing of ours to refuse
+        (_BPF_LD_W_ABS, 0, 0, 0),                       # seccomp_data.nr
+        (_BPF_JEQ_K, 2, 0, nr),
+        (_BPF_JEQ_K, 1, 0, nr | _X32_SYSCALL_BIT),      # x32's number for the same call
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | 1),     # EPERM
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
+    prog = _SockFprog(len(program), filters)
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if lib.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
+    return "seccomp (sched_setaffinity refused)"
+
+
 def _kuid_is_root() -> bool:
     """Whether this process is the host's root (uid 0 outside any user namespace it is in)."""
     try:
@@ -260,6 +301,12 @@ def enter(pol: dict[str, Any] | None) -> dict[str, Any]:
             if pol["mode"] == "required":
                 raise SandboxError(f"sandbox: required, and Landlock failed: {exc}") from None
             notes.append(f"Landlock failed: {exc}")
+    if sys.platform == "linux" and os.uname().machine in _AFFINITY:
+        try:
+            active.append(_refuse_affinity())
+        except OSError as exc:
+            notes.append(f"{exc} (a timed worker could move its threads off the timing CPU; the lane checks "
+                         f"them after each block)")
     return {"mode": pol["mode"], "active": active, "notes": notes, "scratch": str(scratch), "limits": pol["limits"]}
 
 

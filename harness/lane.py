@@ -38,7 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from . import sandbox
+from . import placement, sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
 from .isolation import Outcome, become_subreaper, die_with_parent, tail
@@ -109,6 +109,7 @@ class Lane:
         self.sandbox_plan = (pool.sandboxed or {}).get("plan", {})
         self.refs: dict[tuple, dict[str, Any]] = {}
         self.ref_worker: tuple[str, Spare] | None = None   # (what it times, the worker): reference_worker
+        self.cpus = placement.allowed()   # the lane's CPUs: where a worker goes back to after timing
 
     def cache_bytes(self, fraction: float) -> int:
         """`fraction` of the device's memory (on the CPU, of what this lane may use: limit_memory)."""
@@ -319,8 +320,11 @@ class Lane:
                     self.pool.freeze()
                     if rounds is not None:
                         rounds.pause()  # it runs only for its blocks from now on
+                        rounds.place(spare.pid)  # its warm-up and blocks on the timing CPU
                 elif phase == "timing":
                     self.pool.thaw()
+                    if rounds is not None:
+                        rounds.unplace(spare.pid)
                 key = _PHASE_KEYS.get(phase, "startup_s")
                 w.phase_s[key] = w.phase_s.get(key, 0.0) + now - phase_start
                 if phase != "build":
@@ -346,6 +350,7 @@ class Lane:
                     if rounds is not None:
                         with stopped(spare.pid):
                             rounds.block(message)
+                            rounds.place(spare.pid)  # its next block on the timing CPU, as the reference's
                     spare.channel.send({"op": "ack"})
                 except ChannelClosed:
                     break

@@ -85,7 +85,8 @@ def table(results: Iterable[EvalResult], fmt: str = "simple") -> str:
 
 TERMINAL_COLUMNS = ["problem", "solution", "status", "class", "err", "ms", "base ms", "speedup", "flags"]
 SHORT_FLAGS = {"library_passthrough": "passthrough", "timing_inconsistent": "timing?", "reference_disturbed": "ref-busy",
-               "degenerate_problem": "degenerate", "below_floor": "<floor"}
+               "degenerate_problem": "degenerate", "below_floor": "<floor",
+               "timing_unpinned": "unpinned"}
 
 
 def short_label(name: str, width: int) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from . import sandbox
+from . import placement, sandbox
 from .blame import blame
 from .build import LOG_NAME
 from .env import gpu_now
@@ -110,6 +110,11 @@ class ReferenceRounds:
         if self.every:  # the same draws as the solution's sample, the same work per kept call, nothing kept
             spill = lane.judge.spill_dir / "reference" if lane.judge.spill_dir is not None else None
             self.sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
+        # both workers on the lane's timing CPU while timed (harness/placement.py)
+        self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
+                                          lane.cpus)
+        self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
+        self.placed = False          # the solution's worker pinned (from its timing phase on)
         self.spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare,
                                                                         entry.get("out_bytes", 0)))
         self.fresh = self.spare.state != "serving"   # its set-up is still to come
@@ -120,6 +125,25 @@ class ReferenceRounds:
         if self.spare is not None:
             signal_spare(self.spare, signal.SIGSTOP)
 
+    def place(self, pid: int) -> None:
+        """Before a block of the solution's worker `pid`: what ran since its last block off the
+        timing CPU is counted, then every thread of it pinned there (new threads too)."""
+        if self.cpus is None:
+            return
+        if self.placed and placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.cpus)
+        self.placed = True
+
+    def unplace(self, pid: int) -> None:
+        """The solution's timing done: its last block checked, the worker back on the lane's CPUs."""
+        if not self.placed:
+            return
+        if placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.lane.cpus)
+        self.placed = False
+
     def block(self, message: dict[str, Any]) -> None:
         if self.failed:
             return
@@ -129,6 +153,8 @@ class ReferenceRounds:
             per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
             _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
             self._wait_idle()
+            if self.cpus is not None:
+                placement.pin(self.spare.pid, self.cpus)
             signal_spare(self.spare, signal.SIGCONT)
             try:
                 block = self._serve(each)
@@ -190,6 +216,8 @@ class ReferenceRounds:
         (ended here if it failed), its outputs' buffers freed."""
         if self.spare is not None:
             spare, self.spare = self.spare, None
+            if self.cpus is not None:
+                placement.pin(spare.pid, self.lane.cpus)
             if self.failed:
                 self.lane.end_reference_worker()
             else:
@@ -361,6 +389,10 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
     if rounds is not None and rounds.failed:
         timing["rounds_failed"] = rounds.failed
+    if rounds is not None and rounds.cpus is not None and rounds.blocks:
+        timing["pinned_cpus"] = sorted(rounds.cpus)
+        if rounds.strays:
+            timing["unpinned_blocks"] = rounds.strays
     if failed and (outcome.last("error") or {}).get("cuda_error"):
         t0 = time.monotonic()
         failed = diagnose(lane, job, failed, limits)

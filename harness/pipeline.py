@@ -270,6 +270,10 @@ def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, 
         flags.append("timing_inconsistent")
         if checks["timing_consistency"] == "fail":
             failures.append("timing_inconsistent")
+    if timing.get("unpinned_blocks"):  # a thread of the solution's worker ran off the timing CPU (harness/placement.py)
+        flags.append("timing_unpinned")
+        if checks.get("placement", "fail") == "fail":
+            failures.append("timing_unpinned")
     if timing.get("reference_disturbed_ms"):  # the worker left work running on the GPU while the lane timed
         flags.append("reference_disturbed")
         if checks["timing_consistency"] == "fail":

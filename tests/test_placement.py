@@ -1,0 +1,109 @@
+"""The timed workers' CPU (harness/placement.py): which CPU a lane takes, pinning every thread of
+another process, finding a thread that left, the sandbox's refusal to move, and a solution that
+tries to move off the timing CPU."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import REPO_ROOT, placement
+from harness.config import load_config, with_overrides
+from harness.problems import problem_from_path
+from harness.results import Status
+from harness.runner import evaluate
+from harness.solutions import Pair, solution_from_path
+from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
+
+two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+
+
+def test_a_lane_takes_one_cpu_from_the_top():
+    cpus = frozenset(range(16))
+    assert placement.timing_cpus("auto", "cuda", 0, cpus) == {15}
+    assert placement.timing_cpus("auto", "cuda", 2, cpus) == {13}   # lanes on one host: one CPU each
+    assert placement.timing_cpus("on", "cpu", 0, cpus) == {15}
+    assert placement.timing_cpus("auto", "cpu", 0, cpus) is None    # a CPU lane's torch uses several CPUs
+    assert placement.timing_cpus("off", "cuda", 0, cpus) is None
+    assert placement.timing_cpus("on", "cuda", 0, frozenset({3})) is None   # nothing to keep apart
+
+
+@two_cpus
+def test_every_thread_of_a_process_is_pinned_and_a_stray_is_found():
+    code = "import threading, time; [threading.Thread(target=time.sleep, args=(5,)).start() for _ in range(3)]; time.sleep(5)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        import time
+        time.sleep(0.5)
+        cpus = frozenset({max(os.sched_getaffinity(0))})
+        assert placement.pin(proc.pid, cpus) == 4
+        assert placement.strays(proc.pid, cpus) == []
+        tid = int(os.listdir(f"/proc/{proc.pid}/task")[-1])
+        os.sched_setaffinity(tid, os.sched_getaffinity(0))
+        assert placement.strays(proc.pid, cpus) == [tid]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine not in ("x86_64", "aarch64"), reason="Linux seccomp")
+def test_the_sandbox_refuses_a_worker_to_move_itself_and_the_lane_still_can():
+    code = textwrap.dedent("""
+        import os, sys, time
+        sys.path.insert(0, sys.argv[1])
+        from harness import jail
+        print(jail._refuse_affinity(), flush=True)
+        try:
+            os.sched_setaffinity(0, os.sched_getaffinity(0))
+            print("moved", flush=True)
+        except PermissionError:
+            print("refused", flush=True)
+        sys.stdin.readline()
+        print(sorted(os.sched_getaffinity(0)), flush=True)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "seccomp (sched_setaffinity refused)"
+        assert proc.stdout.readline().strip() == "refused"
+        mine = max(os.sched_getaffinity(0))
+        placement.pin(proc.pid, frozenset({mine}))   # from outside the filter
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == str([mine])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@two_cpus
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_a_solution_that_moves_off_the_timing_cpu_is_caught(tmp_path, sandbox):
+    """With the sandbox the move is refused (seccomp) and the pair is timed where it should be;
+    without it the lane finds the thread elsewhere after a block and rejects the pair."""
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "sandbox": sandbox, "timing.pin_cpu": "on"})
+    pair = Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cheat_unpin.py"))
+    r = evaluate([pair], cfg, run_id="unpin", out=lambda line: None)[0]
+    assert r.timing["pinned_cpus"] == [max(os.sched_getaffinity(0))]
+    refused = "seccomp (sched_setaffinity refused)" in (r.sandbox or {}).get("active", [])
+    if refused:
+        assert r.status is Status.OK and "timing_unpinned" not in r.flags, r.message
+    else:
+        assert sandbox == "off" or not (r.sandbox or {}).get("active"), r.sandbox
+        assert r.status is Status.REJECTED and "timing_unpinned" in r.flags and r.timing["unpinned_blocks"] >= 1, r.message
+
+
+@two_cpus
+def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
+    from harness.build import cache_dir_of
+    from harness.solutions import reference_solution
+    from run_eval import reference_dir
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "timing.pin_cpu": "on"})
+    problem = problem_from_path(ADD_PROBLEM)
+    r = evaluate([Pair(problem, reference_solution(problem, reference_dir(cache_dir_of(cfg))))], cfg, run_id="aa",
+                 out=lambda line: None)[0]
+    assert r.status is Status.OK and r.timing["pinned_cpus"] == [max(os.sched_getaffinity(0))], r.message
+    assert "unpinned_blocks" not in r.timing
