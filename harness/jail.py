@@ -301,6 +301,11 @@ def enter(pol: dict[str, Any] | None) -> dict[str, Any]:
             if pol["mode"] == "required":
                 raise SandboxError(f"sandbox: required, and Landlock failed: {exc}") from None
             notes.append(f"Landlock failed: {exc}")
+    try:  # the pool starts workers so (harness/placement.py fixed_layout): say whether it held through the start
+        if int(Path("/proc/self/personality").read_text(), 16) & 0x0040000:
+            active.append("fixed memory layout (no ASLR)")
+    except (OSError, ValueError):
+        pass
     if sys.platform == "linux" and os.uname().machine in _AFFINITY:
         try:
             active.append(_refuse_affinity())

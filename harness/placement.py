@@ -13,10 +13,42 @@ So while a pair is timed the lane pins every thread of both workers to its timin
 worker cannot move itself back out (the sandbox's seccomp filter refuses sched_setaffinity,
 harness/jail.py); the lane still reads every thread's CPUs after each block and a thread found
 elsewhere is recorded (`strays`) and judged by `checks.placement`.
+
+Workers also start without address-space randomization (`fixed_layout`): with it, two fresh
+processes on one CPU still launched the same work up to 5% apart for their whole lives (where
+their memory landed), and without it 1-3% (H200, tools/probe_launch.py `same:3` against
+`same:3+noaslr`; A/A runs in docs/harness-perf.md). It protects nothing in a worker: the code
+that runs there is the solution's own.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
+from contextlib import contextmanager
+
+ADDR_NO_RANDOMIZE = 0x0040000
+_QUERY = 0xFFFFFFFF   # personality(0xffffffff) returns the persona and changes nothing
+
+
+def _personality(persona: int) -> int:
+    return ctypes.CDLL(None, use_errno=True).personality(ctypes.c_ulong(persona))
+
+
+@contextmanager
+def fixed_layout():
+    """Processes started inside this block (by this thread: a persona is a thread's, and a child
+    inherits its parent's through fork and exec) start without address-space randomization."""
+    if sys.platform != "linux":
+        yield
+        return
+    before = _personality(_QUERY)
+    changed = before >= 0 and _personality(before | ADDR_NO_RANDOMIZE) >= 0
+    try:
+        yield
+    finally:
+        if changed:
+            _personality(before)
 
 
 def allowed() -> frozenset[int]:

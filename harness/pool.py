@@ -5,7 +5,8 @@ Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
 (worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
 pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
 A spare runs in its own session (a kill takes its compiler children with it) and dies with the
-lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything.
+lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything. Workers
+start without address-space randomization (harness/placement.py `fixed_layout`).
 
 In a sandbox (harness/sandbox.py) each spare has a scratch folder of its own, made when it is
 started (its working directory and TMPDIR, the only place it writes); it is removed with
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from . import sandbox
+from . import placement, sandbox
 from .channel import Channel, ChannelClosed, ProtocolError
 from .isolation import child_command, popen, reap_strays
 
@@ -70,7 +71,7 @@ class WorkerPool:
                                     hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
         argv, env, cwd, extra = child_command("harness.worker", ["--serve", str(theirs.fileno())], policy,
                                               {**self.env, **(extra_env or {})})
-        with open(log_path, "wb") as log:
+        with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
             proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                          start_new_session=True, pass_fds=(theirs.fileno(),), **extra)
         theirs.close()

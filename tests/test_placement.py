@@ -107,3 +107,25 @@ def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
                  out=lambda line: None)[0]
     assert r.status is Status.OK and r.timing["pinned_cpus"] == [max(os.sched_getaffinity(0))], r.message
     assert "unpinned_blocks" not in r.timing
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux personality")
+def test_workers_start_without_address_space_randomization(tmp_path):
+    """A pool's workers (sandboxed as configured) start with ADDR_NO_RANDOMIZE; the lane keeps its
+    own persona."""
+    from harness.pool import WorkerPool, kill
+    before = placement._personality(placement._QUERY)
+    pool = WorkerPool(tmp_path / "workers", {"CUDA_VISIBLE_DEVICES": ""}, size=1)
+    try:
+        spare = pool.spares[0]
+        persona = int(open(f"/proc/{spare.pid}/personality").read(), 16)
+        assert persona & placement.ADDR_NO_RANDOMIZE, hex(persona)
+        assert placement._personality(placement._QUERY) == before
+    finally:
+        for spare in pool.spares:
+            kill(spare)
+        pool.size = 0
+    with placement.fixed_layout():
+        inside = subprocess.run(["cat", "/proc/self/personality"], capture_output=True, text=True).stdout
+    assert int(inside, 16) & placement.ADDR_NO_RANDOMIZE
+
