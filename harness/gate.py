@@ -57,13 +57,15 @@ def speedup_bounds(result: EvalResult) -> tuple[float, float] | None:
 
 def change_interval(new: EvalResult, old: EvalResult, confidence: float = 0.95) -> tuple[float, float] | None:
     """Confidence interval of speedup(new) / speedup(old): a bootstrap over both results' rounds
-    where both have them (the two timed in this run, or in runs with rounds), else the widest
-    ratio their own intervals allow."""
+    where both have them (the two timed in this run, or in runs with rounds), widened by both
+    process terms, else the widest ratio their own intervals allow."""
     if speedup_of(new) is None or speedup_of(old) is None:
         return None
     a, b = _rounds(new), _rounds(old)
-    if a and b:
-        return speedup_change_interval(a, b, confidence, seed=0)
+    if a and b:  # each side's process term (timing.process_term) at each end, as in its own interval
+        low, high = speedup_change_interval(a, b, confidence, seed=0)
+        widen = (1 + (new.timing or {}).get("process_term", 0.0)) * (1 + (old.timing or {}).get("process_term", 0.0))
+        return low / widen, high * widen
     lo_new, hi_new = speedup_bounds(new)
     lo_old, hi_old = speedup_bounds(old)
     return lo_new / hi_old, hi_new / lo_old

@@ -231,13 +231,15 @@ def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict
 
 
 def speedup(timing: dict[str, Any], cls: str, run: str = "fp32", *, aa: bool = False, confidence: float = 0.95,
-            seed: int = 0) -> dict[str, Any]:
+            seed: int = 0, process_term: float = 0.0) -> dict[str, Any]:
     """A result is compared with its class's baseline (harness/precision.py): in an fp32 run a
     tf32-class result with PyTorch's defaults, an fp32-class one with TF32 off; in a half run the
     run's own class with PyTorch's default in that dtype, fp32 with its strictest setting. An A/A
     pair (`aa`: the reference as its own solution) is compared with the same code as it is, PyTorch's
     defaults. Where the baseline was timed in rounds alternating with the solution's, the speedup
-    has a confidence interval (timing.ratio_interval): `speedup_ci`."""
+    has a confidence interval (timing.ratio_interval): `speedup_ci`, the bootstrap's over the
+    rounds widened at each end by `process_term` (timing.process_term: the offset between the two
+    workers' processes, which no round sees)."""
     baseline = "reference" if aa else baseline_of(run, cls)
     timing = dict(timing)
     if baseline in timing and "solution" in timing and timing["solution"]["median_ms"] > 0:
@@ -247,10 +249,12 @@ def speedup(timing: dict[str, Any], cls: str, run: str = "fp32", *, aa: bool = F
         trusted = "event_median_ms" not in timing["solution"] and "event_median_ms" not in timing[baseline]
         if ref and sol and trusted:
             low, high = ratio_interval(ref, sol, confidence, seed)
+            low, high = low / (1 + process_term), high * (1 + process_term)
             # the figure shown lies inside its own interval: a bootstrap's ends can miss the
             # whole-sample ratio where a few rounds dominate (seen on a busy 2-core CPU)
             timing["speedup_ci"] = [round(min(low, timing["speedup"]), 5), round(max(high, timing["speedup"]), 5)]
             timing["confidence"] = confidence
+            timing["process_term"] = process_term
     return timing
 
 
@@ -303,7 +307,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
                                                     "flags": problem_flags(problem_checks)}
     cls = report["precision"]
     timing = speedup(timing, cls, job["config"]["precision"], aa=job["solution"].get("kind") == "reference",
-                     confidence=job["config"]["timing"].get("confidence", 0.95), seed=job["seeds"]["base"])
+                     confidence=job["config"]["timing"].get("confidence", 0.95), seed=job["seeds"]["base"],
+                     process_term=job["config"]["timing"].get("process_term", 0.0))
     flags, failures = flags_of(job["config"]["checks"], timing, profile, problem_checks)
     median = (timing.get("solution") or {}).get("median_ms")
     if profile and profile.get("total_us") and median:

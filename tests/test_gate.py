@@ -181,3 +181,11 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     assert rc == 1 and "elementwise_add / gen: speedup" in out and "more than 5% lower" in out, out
     rc, out = check(*args[:-1], "no-such-rev", "--results-dir", str(tmp_path / "r3"))
     assert rc == 2 and "'no-such-rev' is not a revision of" in out, out
+
+
+def test_the_change_interval_includes_both_process_terms():
+    new, old = with_rounds("s", 2.0, 1.0, seed=1), with_rounds("s", 2.0, 1.0, seed=2)
+    bare = gate.change_interval(new, old)
+    widened = [EvalResult(**{**r.__dict__, "timing": {**r.timing, "process_term": p}}) for r, p in ((new, 0.01), (old, 0.02))]
+    low, high = gate.change_interval(*widened)
+    assert abs(low - bare[0] / (1.01 * 1.02)) < 1e-9 and abs(high - bare[1] * 1.01 * 1.02) < 1e-9

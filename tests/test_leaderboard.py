@@ -48,3 +48,17 @@ def test_the_speedup_lies_inside_its_own_interval():
     got = speedup(timing, "tf32", "fp32")
     low, high = got["speedup_ci"]
     assert low <= got["speedup"] <= high
+
+
+def test_the_interval_includes_the_process_term():
+    """timing.process_term widens the rounds' interval at each end and is recorded with it."""
+    from harness.pipeline import speedup
+    ref = [[2.0 + 0.01 * i] for i in range(10)]
+    sol = [[1.0 + 0.004 * ((i * 7) % 10)] for i in range(10)]
+    timing = {"reference": {"median_ms": 2.05, "rounds": ref}, "solution": {"median_ms": 1.02, "rounds": sol}}
+    bare = speedup(timing, "tf32", "fp32")
+    wide = speedup(timing, "tf32", "fp32", process_term=0.01)
+    assert wide["process_term"] == 0.01 and bare["process_term"] == 0.0
+    assert abs(wide["speedup_ci"][0] - bare["speedup_ci"][0] / 1.01) < 1e-4
+    assert abs(wide["speedup_ci"][1] - bare["speedup_ci"][1] * 1.01) < 1e-4
+    assert wide["speedup"] == bare["speedup"]
