@@ -14,7 +14,12 @@ from harness.judge import ProblemState
 from harness.problems import make_inputs
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
-KERNELBENCH = FIXTURES / "problems" / "kernelbench"
+KERNELBENCH = FIXTURES / "problems" / "kernelbench"   # level 2's other problems; its ConvTranspose2d ones are a family
+FUSED = Path(__file__).resolve().parents[1] / "problems" / "conv_transpose2d_fused"
+
+
+def kernelbench(name: str) -> Path:
+    return FUSED / f"{name}.py" if (FUSED / f"{name}.py").is_file() else KERNELBENCH / f"{name}.py"
 DEGENERATE = {"80_Gemm_Max_Subtract_GELU": "zero", "83_Conv3d_GroupNorm_Min_Clamp_Dropout": "zero",
               "36_ConvTranspose2d_Min_Sum_GELU_Add": "constant",
               "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh": "passes",
@@ -36,7 +41,7 @@ def measure(path: Path, **overrides) -> dict:
 
 @pytest.mark.parametrize("name", sorted(DEGENERATE))
 def test_kernelbenchs_degenerate_level2_problems_are_found(name):
-    got = measure(KERNELBENCH / f"{name}.py", batch_size=2)
+    got = measure(kernelbench(name), batch_size=2)
     assert got["degenerate"], got
     kind = DEGENERATE[name]
     assert got["zero"] if kind == "zero" else got["constant"] and not got["zero"] if kind == "constant" \
@@ -53,7 +58,7 @@ def test_a_problem_that_depends_on_its_inputs_is_not(path):
 def test_kernelbenchs_44_is_not_degenerate_at_these_tolerances():
     """KernelBench's 1e-2 check lets another input's output pass on 44; this harness's tf32 class
     (rel L2 3e-3) does not: two inputs' outputs differ by 0.6%, 0.4% from their mean."""
-    got = measure(KERNELBENCH / "44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean.py", batch_size=2)
+    got = measure(kernelbench("44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean"), batch_size=2)
     assert not got["degenerate"] and 0.003 < got["rel_l2"] < 0.01, got
 
 

@@ -86,3 +86,39 @@ def test_matched_seed_construction_is_reproducible():
     a = problems.construct(module.Model, module.get_init_inputs(), seed=3, device="cpu")
     b = problems.construct(module.Model, module.get_init_inputs(), seed=3, device="cpu")
     assert torch.equal(a.conv_transpose2d.weight, b.conv_transpose2d.weight)
+
+
+FUSED_SHA256 = {   # KernelBench/level2 at ScalingIntelligence/KernelBench 423217d, byte for byte
+    "2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py": "2b69e31d12d28d291fb5b56634176269ba6513e8d240fc01d6f8a7b706abc109",
+    "5_ConvTranspose2d_Subtract_Tanh.py": "442f35521753e48196379d5a4659d13d979817fd605cfb1a1a205b536faa90cc",
+    "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh.py": "a8f0fab54e125017083473ddee3bcff6546b4eda28ba98cacbebfbe14ae8130b",
+    "11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm.py": "e10fa44d0dbc6f6d9b7fff411dae2730502c2b15236d9ec1097e7deff37f1981",
+    "16_ConvTranspose2d_Mish_Add_Hardtanh_Scaling.py": "3a5a97178dad5b980b33f35b7712826a08a92a5fd8a486a22cdabc84b97dcc15",
+    "19_ConvTranspose2d_GELU_GroupNorm.py": "b7b68e7498c80dfe9491981ef97feb07aa684ce7229943d2cc701fdb83fb509c",
+    "36_ConvTranspose2d_Min_Sum_GELU_Add.py": "e8a14171f06b41a2bb5067e1397d2b1afd928c95272916b3c16dfff811f98316",
+    "42_ConvTranspose2d_GlobalAvgPool_BiasAdd_LogSumExp_Sum_Multiply.py": "0eeb1e46e5bacfed11e5bfddffe6f4fdfd981332e0fb56c4e67b219d6faba3a6",
+    "44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean.py": "8b08cbe307167cb006a00e6f8309bce56dad016b9bc5346c4484b315cfdb411d",
+    "91_ConvTranspose2d_Softmax_BiasAdd_Scaling_Sigmoid.py": "3b571801aec40ec4214ffd9ae7dc4a099560a6bc35564c792280331951023c71",
+    "93_ConvTranspose2d_Add_Min_GELU_Multiply.py": "3f9c3e542afa320508390c00b28bb407b3999caa919a5885bbd03e2c8f1df547",
+}
+
+
+def test_the_fused_family_is_kernelbench_level2_byte_for_byte_with_extra_shapes_that_run():
+    """problems/conv_transpose2d_fused holds KernelBench's eleven level-2 ConvTranspose2d problems
+    unmodified; each has two extra correctness shapes in the default config that validate (they
+    name the file's constants) and run, as the worker sets them, on the CPU."""
+    from harness.config import load_config
+    selected = problems.select("conv_transpose2d_fused")
+    assert {p.path.name: problems.file_sha256(p.path) for p in selected} == FUSED_SHA256
+    extra = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.extra_shapes
+    for problem in selected:
+        shapes = problems.extra_shapes_for(problem, extra)
+        assert len(shapes) == 2, problem.id
+        problems.validate(problem, shapes, "configs/default.yaml")
+        for shape in shapes:
+            module = problems.load_problem(problem)
+            for key, value in shape.items():
+                setattr(module, key, value)
+            model = problems.construct(module.Model, list(module.get_init_inputs()), seed=0, device="cpu")
+            out = model(*problems.make_inputs(module, seed=1, device="cpu"))
+            assert out.shape[0] == shape["batch_size"] and torch.isfinite(out).all(), problem.id
