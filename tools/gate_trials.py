@@ -55,7 +55,8 @@ def trial(repo: Path, args, results: Path, index: int) -> dict:
                            str(args.max_regression), "--results-dir", str(results), "--run-id", f"t{index}"],
                           cwd=repo, capture_output=True, text=True)
     wall = time.monotonic() - start
-    said = re.search(r"x([0-9.]+), 95% CI \[([0-9.]+), ([0-9.]+)\]", proc.stdout)
+    text = " ".join(proc.stdout.split())   # the check's lines are wrapped to the terminal's width
+    said = re.search(r"x([0-9.]+), 95% CI \[([0-9.]+), ([0-9.]+)\]", text)
     if said is None:  # no change called: read the ratio from the two results
         found = {}
         for path in (results / f"t{index}").glob("*.json"):
@@ -66,8 +67,15 @@ def trial(repo: Path, args, results: Path, index: int) -> dict:
         interval = None
     else:
         ratio, interval = float(said.group(1)), (float(said.group(2)), float(said.group(3)))
-    return {"rc": proc.returncode, "ratio": ratio, "interval": interval, "wall_s": round(wall, 1),
-            "slower_called": "all of it more than" in proc.stdout and "lower" in proc.stdout,
+    phases = {}   # where a gate run's time went, per side: its pair's phases (build_s, wall_s, ...)
+    for path in (results / f"t{index}").glob("*.json"):
+        if path.name != "run.json":
+            data = json.loads(path.read_text())
+            side = "then" if "@" in data["solution"]["name"] else "now"
+            phases[side] = {k: round(v, 1) for k, v in (data.get("phases") or {}).items()
+                            if isinstance(v, (int, float)) and v >= 0.5}
+    return {"rc": proc.returncode, "ratio": ratio, "interval": interval, "wall_s": round(wall, 1), "phases": phases,
+            "slower_called": re.search(r"all of it more than [0-9]+% lower", text) is not None,
             "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) else ""}
 
 
@@ -95,6 +103,8 @@ def main() -> None:
             ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
             print(f"{label:<9} run {i + 1:>2}: exit {row['rc']}  now/then x{ratio} {interval}  {row['wall_s']} s",
                   flush=True)
+            for side, spent in sorted(row["phases"].items()):
+                print(f"    {side}: " + ", ".join(f"{k} {v}" for k, v in spent.items()), flush=True)
             if row["tail"]:
                 print(row["tail"])
         report[label] = rows
