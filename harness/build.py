@@ -104,10 +104,15 @@ def plain_params(params: dict[str, Any]) -> dict[str, Any]:
     return {name: plain(value, name) for name, value in params.items() if name not in ("build_directory", "verbose")}
 
 
+KEY_SCHEME = 2   # how build_key names a build folder: a manifest of another scheme names folders no worker looks for
+
+
 def manifest_key(solution, torch_version: str, arch: str, device: str) -> str:
     """What a build step's outcome depends on: the solution's sources (the file and its helpers),
-    torch, the architecture and the device. Pairs with the same key build once (harness/runner.py)."""
-    return hashlib.sha256(json.dumps([solution.sources_sha256, torch_version, arch, device]).encode()).hexdigest()[:32]
+    torch, the architecture and the device, and how build folders are named (KEY_SCHEME). Pairs
+    with the same key build once (harness/runner.py)."""
+    return hashlib.sha256(json.dumps([solution.sources_sha256, torch_version, arch, device, KEY_SCHEME])
+                          .encode()).hexdigest()[:32]
 
 
 def _manifest_path(cache_root: Path, solution, torch_version: str, arch: str, device: str) -> Path:
@@ -168,9 +173,48 @@ def first_errors(log: str, limit: int = 3) -> str:
     return " | ".join(found)
 
 
+INCLUDE_FILES, INCLUDE_BYTES = 2000, 64 << 20   # an include folder larger than this is keyed by its path
+
+
+def include_digest(path: str) -> str:
+    """An include folder as a build key sees it: a digest of what it holds (each file's path
+    within it and its bytes, links followed as the compiler follows them), so that the same
+    headers at two paths (a checkout and the CI gate's export of a revision) build once, and an
+    edited header builds anew at the same path. A folder that cannot be read whole, or holds more
+    than INCLUDE_FILES files or INCLUDE_BYTES bytes (a system folder), is keyed by its path."""
+    top = Path(path)
+    digest, files, size = hashlib.sha256(), 0, 0
+    try:
+        if not top.is_dir():
+            return path
+        for folder, dirs, names in os.walk(top, onerror=_raise):
+            dirs.sort()
+            for name in sorted(names):
+                file = Path(folder) / name
+                files += 1
+                size += file.stat().st_size
+                if files > INCLUDE_FILES or size > INCLUDE_BYTES:
+                    return path
+                data = file.read_bytes()
+                digest.update(f"{file.relative_to(top)}\0{len(data)}\0".encode())
+                digest.update(data)
+    except OSError:
+        return path
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
 def build_key(plain: dict[str, Any], torch_version: str, arch: str) -> str:
     """The key of a recipe (plain_params of a load_inline call), the torch it builds against and
-    the architecture: the build folder's name is the extension's name and its first 16 digits."""
+    the architecture: the build folder's name is the extension's name and its first 16 digits.
+    Its include folders count by what they hold, not where (include_digest)."""
+    includes = plain.get("extra_include_paths")
+    if includes:
+        plain = {**plain, "extra_include_paths": [include_digest(p) for p in
+                                                  ([includes] if isinstance(includes, str) else includes)]}
     blob = json.dumps({"args": plain, "torch": torch_version, "arch": arch}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

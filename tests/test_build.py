@@ -52,3 +52,29 @@ def test_manifests_of_identical_sources_written_at_once_do_not_race(tmp_path):
     assert manifest["extensions"][0]["name"].startswith("e")
     assert [p.name for p in (tmp_path / "manifests").iterdir()] == [p.name for p in (tmp_path / "manifests").glob("*.json")]
     json.dumps(manifest)
+
+
+def test_include_folders_count_by_what_they_hold_not_where(tmp_path):
+    """The CI gate exports a revision's family to another folder: the same headers there build
+    once (one key), while an edited header at the same path builds anew."""
+    from harness.build import INCLUDE_FILES, include_digest
+    for where in ("a", "b"):
+        (tmp_path / where / "sub").mkdir(parents=True)
+        (tmp_path / where / "common.cuh").write_text("#define TILE 64\n")
+        (tmp_path / where / "sub" / "mma.cuh").write_text("// mma\n")
+    args = {"name": "e", "cpp_sources": ["int f();"], "extra_cflags": ["-O3"]}
+    key_a = build_key({**args, "extra_include_paths": [str(tmp_path / "a")]}, "2.13", "9.0")
+    assert key_a == build_key({**args, "extra_include_paths": [str(tmp_path / "b")]}, "2.13", "9.0")
+    assert key_a != build_key(args, "2.13", "9.0")
+    (tmp_path / "b" / "sub" / "mma.cuh").write_text("// mma, edited\n")
+    assert key_a != build_key({**args, "extra_include_paths": [str(tmp_path / "b")]}, "2.13", "9.0")
+    (tmp_path / "b" / "sub" / "mma.cuh").write_text("// mma\n")
+    (tmp_path / "b" / "sub" / "new.cuh").write_text("")    # a file more, even empty, is another folder
+    assert key_a != build_key({**args, "extra_include_paths": [str(tmp_path / "b")]}, "2.13", "9.0")
+    # a folder that is not there, or too large to read whole, is keyed by its path, as before
+    assert include_digest(str(tmp_path / "none")) == str(tmp_path / "none")
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(INCLUDE_FILES + 1):
+        (big / f"h{i}.h").write_text("")
+    assert include_digest(str(big)) == str(big)

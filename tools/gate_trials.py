@@ -2,16 +2,17 @@
 """How often does the CI gate call a regression? Runs `run_eval.py check --timing --baseline-rev
 HEAD` N times on one problem and solution, in a scratch git repository made from this tree (the
 checkout is never touched): first with the solution unchanged (every run should pass), then with
-it made slower by one extra in-place pass (x * 1.0, values unchanged) over a share of its output
-(every run should fail with "slower"). Prints each run's exit code, the ratio of speedups and its
+it made slower by a fixed delay a call, a share (--slower-by, 10%) of the solution's median time
+in the unchanged runs (every run should fail with "slower"). Prints each run's exit code, the ratio of speedups and its
 interval, the wall time, and the counts.
 
-    python tools/gate_trials.py --problem 69 --solution fast --runs 10 --share 0.25
+    python tools/gate_trials.py --problem 69 --solution fast --runs 10 --slower-by 0.10
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,18 +24,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SLOWER = """
 
-# tools/gate_trials.py: the same solution, slower by one more pass over a share of its output
+# tools/gate_trials.py: the same solution, made slower by {delay_ms:.5f} ms a call (a share of its
+# own time in the unchanged runs): on CUDA a kernel that waits that long after its work, on the CPU
+# a busy wait
+import time as _gate_time
+
+import torch as _gate_torch
+
 _Unchanged = ModelNew
+_GATE_DELAY_MS = {delay_ms!r}
+_gate_cycles_per_ms = []
+
+
+def _gate_delay(device):
+    if device.type != "cuda":
+        end = _gate_time.perf_counter() + _GATE_DELAY_MS / 1e3
+        while _gate_time.perf_counter() < end:
+            pass
+        return
+    if not _gate_cycles_per_ms:  # the GPU's cycles per millisecond, once (the first call)
+        start, stop = _gate_torch.cuda.Event(enable_timing=True), _gate_torch.cuda.Event(enable_timing=True)
+        start.record()
+        _gate_torch.cuda._sleep(1_000_000)
+        stop.record()
+        stop.synchronize()
+        _gate_cycles_per_ms.append(1_000_000 / start.elapsed_time(stop))
+    _gate_torch.cuda._sleep(max(1, int(_GATE_DELAY_MS * _gate_cycles_per_ms[0])))
 
 
 class ModelNew(_Unchanged):
     def forward(self, *args):
         out = super().forward(*args)
-        flat = out.view(-1)
-        flat[: int(flat.numel() * {share})].mul_(1.0)
+        _gate_delay(out.device)
         return out
 """
-
 
 def scratch_repo(where: Path) -> Path:
     repo = where / "repo"
@@ -48,14 +71,23 @@ def scratch_repo(where: Path) -> Path:
     return repo
 
 
-def trial(repo: Path, args, results: Path, index: int) -> dict:
+def trial(repo: Path, args, results: Path, index: int, log: Path | None = None) -> dict:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "run_eval.py", "check", "--problem", args.problem, "--solution",
-                           args.solution, "--timing", "--baseline-rev", "HEAD", "--max-regression",
-                           str(args.max_regression), "--results-dir", str(results), "--run-id", f"t{index}"],
-                          cwd=repo, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "run_eval.py", "check", "--problem", args.problem, "--solution",
+                             args.solution, "--timing", "--baseline-rev", "HEAD", "--max-regression",
+                             str(args.max_regression), "--results-dir", str(results), "--run-id", f"t{index}",
+                             *[arg for setting in args.set for arg in ("--set", setting)]],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = []   # (seconds since the start, line): where a gate run's time goes, line by line
+    for line in proc.stdout:
+        lines.append((time.monotonic() - start, line.rstrip("\n")))
+    proc.wait()
     wall = time.monotonic() - start
-    text = " ".join(proc.stdout.split())   # the check's lines are wrapped to the terminal's width
+    if log is not None:
+        log.write_text("".join(f"{t:8.2f}  {line}\n" for t, line in lines))
+    output = "\n".join(line for _, line in lines)
+    text = " ".join(output.split())   # the check's lines are wrapped to the terminal's width
     said = re.search(r"x([0-9.]+), 95% CI \[([0-9.]+), ([0-9.]+)\]", text)
     if said is None:  # no change called: read the ratio from the two results
         found = {}
@@ -67,16 +99,19 @@ def trial(repo: Path, args, results: Path, index: int) -> dict:
         interval = None
     else:
         ratio, interval = float(said.group(1)), (float(said.group(2)), float(said.group(3)))
-    phases = {}   # where a gate run's time went, per side: its pair's phases (build_s, wall_s, ...)
+    phases, solution_ms = {}, None   # where a gate run's time went, per side: its pair's phases (build_s, ...)
     for path in (results / f"t{index}").glob("*.json"):
         if path.name != "run.json":
             data = json.loads(path.read_text())
             side = "then" if "@" in data["solution"]["name"] else "now"
             phases[side] = {k: round(v, 1) for k, v in (data.get("phases") or {}).items()
                             if isinstance(v, (int, float)) and v >= 0.5}
+            if side == "now":
+                solution_ms = ((data.get("timing") or {}).get("solution") or {}).get("median_ms")
     return {"rc": proc.returncode, "ratio": ratio, "interval": interval, "wall_s": round(wall, 1), "phases": phases,
+            "solution_ms": solution_ms,
             "slower_called": re.search(r"all of it more than [0-9]+% lower", text) is not None,
-            "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) else ""}
+            "tail": output[-1500:] if proc.returncode not in (0, 1) else ""}
 
 
 def main() -> None:
@@ -84,20 +119,44 @@ def main() -> None:
     parser.add_argument("--problem", default="69")
     parser.add_argument("--solution", default="fast")
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--share", type=float, default=0.25, help="share of the output the extra pass touches")
+    parser.add_argument("--slower-by", type=float, default=0.10,
+                        help="the slower version's delay a call, as a share of the unchanged solution's median time")
     parser.add_argument("--max-regression", type=float, default=0.05)
+    parser.add_argument("--slower-ms", type=float,
+                        help="the slower version's delay a call in ms (instead of --slower-by; then no unchanged "
+                             "run is needed)")
+    parser.add_argument("--only", choices=("unchanged", "slower"), help="run one half of the trials")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every gate run (run_eval.py's --set), e.g. timing.rounds=40")
     parser.add_argument("--json", help="write every trial here")
+    parser.add_argument("--logs", help="keep each run's output here, each line with its time since the run began")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kb-gate-"))
+    if args.logs:
+        Path(args.logs).mkdir(parents=True, exist_ok=True)
     repo = scratch_repo(work)
     target = next((repo / "solutions").glob(f"*/{args.problem}*/{args.solution}.py"))
     report = {}
     for label in ("unchanged", "slower"):
-        if label == "slower":
-            target.write_text(target.read_text() + SLOWER.format(share=args.share))
+        if args.only not in (None, label):
+            report[label] = []
+            continue
+        if label == "slower" and args.slower_ms is not None:
+            delay_ms = args.slower_ms
+            print(f"slower: +{delay_ms:.5f} ms a call", flush=True)
+            target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms))
+        elif label == "slower":
+            times = sorted(r["solution_ms"] for r in report["unchanged"] if r["solution_ms"])
+            if not times:
+                sys.exit("gate_trials: no unchanged run timed the solution; nothing to make slower")
+            delay_ms = args.slower_by * times[len(times) // 2]
+            print(f"slower: +{delay_ms:.5f} ms a call ({args.slower_by:.0%} of the unchanged median "
+                  f"{times[len(times) // 2]:.4f} ms)", flush=True)
+            target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms))
         rows = []
         for i in range(args.runs):
-            row = trial(repo, args, work / f"results-{label}", i)
+            log = Path(args.logs) / f"{label}-{i + 1}.log" if args.logs else None
+            row = trial(repo, args, work / f"results-{label}", i, log)
             rows.append(row)
             interval = f"[{row['interval'][0]:.3f}, {row['interval'][1]:.3f}]" if row["interval"] else "-"
             ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
@@ -109,9 +168,13 @@ def main() -> None:
                 print(row["tail"])
         report[label] = rows
     unchanged, slower = report["unchanged"], report["slower"]
-    print(f"unchanged: {sum(r['rc'] == 0 for r in unchanged)} of {len(unchanged)} passed; "
+    walls = sorted(r["wall_s"] for r in unchanged + slower)
+    held = sum(r["rc"] == 0 and r["interval"] is not None and r["interval"][0] <= 1.0 <= r["interval"][1]
+               for r in unchanged)
+    print(f"unchanged: {sum(r['rc'] == 0 for r in unchanged)} of {len(unchanged)} passed, "
+          f"{held} with the interval holding 1.0; "
           f"slower: {sum(r['rc'] == 1 and r['slower_called'] for r in slower)} of {len(slower)} caught; "
-          f"gate wall per run: median {sorted(r['wall_s'] for r in unchanged + slower)[len(unchanged + slower) // 2]} s")
+          f"gate wall per run: median {walls[len(walls) // 2]} s")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     shutil.rmtree(work, ignore_errors=True)
