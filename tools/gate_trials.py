@@ -59,6 +59,7 @@ class ModelNew(_Unchanged):
         return out
 """
 
+
 def scratch_repo(where: Path) -> Path:
     repo = where / "repo"
     for name in ("harness", "problems", "solutions", "configs", "tests", "run_eval.py"):
@@ -88,26 +89,22 @@ def trial(repo: Path, args, results: Path, index: int, log: Path | None = None) 
         log.write_text("".join(f"{t:8.2f}  {line}\n" for t, line in lines))
     output = "\n".join(line for _, line in lines)
     text = " ".join(output.split())   # the check's lines are wrapped to the terminal's width
+    sides = {}   # "now" / "then": each side's result, read once
+    for path in (results / f"t{index}").glob("*.json"):
+        if path.name != "run.json":
+            data = json.loads(path.read_text())
+            sides["then" if "@" in data["solution"]["name"] else "now"] = data
     said = re.search(r"x([0-9.]+), 95% CI \[([0-9.]+), ([0-9.]+)\]", text)
     if said is None:  # no change called: read the ratio from the two results
-        found = {}
-        for path in (results / f"t{index}").glob("*.json"):
-            if path.name != "run.json":
-                data = json.loads(path.read_text())
-                found["then" if "@" in data["solution"]["name"] else "now"] = (data.get("timing") or {}).get("speedup")
+        found = {side: (data.get("timing") or {}).get("speedup") for side, data in sides.items()}
         ratio = found["now"] / found["then"] if found.get("now") and found.get("then") else None
         interval = None
     else:
         ratio, interval = float(said.group(1)), (float(said.group(2)), float(said.group(3)))
-    phases, solution_ms = {}, None   # where a gate run's time went, per side: its pair's phases (build_s, ...)
-    for path in (results / f"t{index}").glob("*.json"):
-        if path.name != "run.json":
-            data = json.loads(path.read_text())
-            side = "then" if "@" in data["solution"]["name"] else "now"
-            phases[side] = {k: round(v, 1) for k, v in (data.get("phases") or {}).items()
-                            if isinstance(v, (int, float)) and v >= 0.5}
-            if side == "now":
-                solution_ms = ((data.get("timing") or {}).get("solution") or {}).get("median_ms")
+    # where a gate run's time went, per side: its pair's phases (build_s, wall_s, ...)
+    phases = {side: {k: round(v, 1) for k, v in (data.get("phases") or {}).items()
+                     if isinstance(v, (int, float)) and v >= 0.5} for side, data in sides.items()}
+    solution_ms = (((sides.get("now") or {}).get("timing") or {}).get("solution") or {}).get("median_ms")
     return {"rc": proc.returncode, "ratio": ratio, "interval": interval, "wall_s": round(wall, 1), "phases": phases,
             "solution_ms": solution_ms,
             "slower_called": re.search(r"all of it more than [0-9]+% lower", text) is not None,
@@ -141,17 +138,16 @@ def main() -> None:
         if args.only not in (None, label):
             report[label] = []
             continue
-        if label == "slower" and args.slower_ms is not None:
-            delay_ms = args.slower_ms
-            print(f"slower: +{delay_ms:.5f} ms a call", flush=True)
-            target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms))
-        elif label == "slower":
-            times = sorted(r["solution_ms"] for r in report["unchanged"] if r["solution_ms"])
-            if not times:
-                sys.exit("gate_trials: no unchanged run timed the solution; nothing to make slower")
-            delay_ms = args.slower_by * times[len(times) // 2]
-            print(f"slower: +{delay_ms:.5f} ms a call ({args.slower_by:.0%} of the unchanged median "
-                  f"{times[len(times) // 2]:.4f} ms)", flush=True)
+        if label == "slower":
+            if args.slower_ms is not None:
+                delay_ms, why = args.slower_ms, ""
+            else:
+                times = sorted(r["solution_ms"] for r in report["unchanged"] if r["solution_ms"])
+                if not times:
+                    sys.exit("gate_trials: no unchanged run timed the solution; nothing to make slower")
+                median = times[len(times) // 2]
+                delay_ms, why = args.slower_by * median, f" ({args.slower_by:.0%} of the unchanged median {median:.4f} ms)"
+            print(f"slower: +{delay_ms:.5f} ms a call{why}", flush=True)
             target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms))
         rows = []
         for i in range(args.runs):
