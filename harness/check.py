@@ -80,7 +80,8 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
     then = revision_pairs(pairs, baseline_rev, sandbox.work_folder("kb-rev-"), out) if baseline_rev else {}
     ordered = [p for pair in pairs for p in [pair] + ([then[(pair.problem.id, pair.solution.name)]]
                                                         if (pair.problem.id, pair.solution.name) in then else [])]
-    everything = evaluate(ordered, cfg, run_id=run_id, out=out, width=width)
+    everything = evaluate(ordered, cfg, run_id=run_id, out=out, width=width,
+                          yardsticks={key: (key[0], p.solution.name) for key, p in then.items()})
     recorded = {(r.problem["id"], r.solution["name"]): r for r in everything}
     yardsticks = {(key[0], p.solution.name) for key, p in then.items()}
     results = [r for r in everything if (r.problem["id"], r.solution["name"]) not in yardsticks]
@@ -92,7 +93,7 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
         out(f"compile-only: {len(needs_cuda)} CUDA solution(s) this machine cannot run")
         compiled = compile_solutions(needs_cuda, cfg, jobs=jobs, out=out)
     changes = []
-    if then:  # each solution against itself at the revision, timed in this run
+    if then:  # each solution against itself at the revision, timed in the same rounds of this run
         changes = compare_pairs([(recorded.get(key), recorded[(key[0], p.solution.name)], key[1])
                                  for key, p in then.items() if (key[0], p.solution.name) in recorded],
                                 max_regression, cfg.timing.confidence)

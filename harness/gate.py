@@ -12,14 +12,15 @@ from typing import Any
 from .problems import _display
 from .results import EvalResult, Status
 from .standings import Entry, board_of, speedup_of
-from .timing import speedup_change_interval
+from .timing import ratio_interval, speedup_change_interval
 
 
 @dataclass(frozen=True)
 class Change:
     problem: str
     solution: str
-    kind: str        # "no longer correct", "slower", "disappeared", "now correct", "faster", "within noise"
+    kind: str        # "no longer correct", "slower", "disappeared", "now correct", "faster", "within noise",
+    #                  "not compared"
     message: str
 
     @property
@@ -71,12 +72,39 @@ def change_interval(new: EvalResult, old: EvalResult, confidence: float = 0.95) 
     return lo_new / hi_old, hi_new / lo_old
 
 
+def shared_rounds(new: EvalResult) -> tuple[list, list] | None:
+    """(the yardstick's rounds, the solution's) of a pair timed with its solution at a revision in
+    the same rounds (harness/pair.py ReferenceRounds), where both times are trusted."""
+    t = new.timing or {}
+    then, now = t.get("yardstick") or {}, t.get("solution") or {}
+    if then.get("rounds") and now.get("rounds") and "event_median_ms" not in then and "event_median_ms" not in now:
+        return then["rounds"], now["rounds"]
+    return None
+
+
+def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float, tuple[float, float]] | None:
+    """now's speed over then's, (ratio, interval), from the rounds both shared: the ratio of then's
+    median time to now's (the reference's time cancels: it was the same rounds' for both), its
+    interval a bootstrap over the shared rounds (timing.ratio_interval) widened at each end by the
+    process term (timing.process_term: the two sides ran in two processes)."""
+    shared = shared_rounds(new)
+    if shared is None:
+        return None
+    t = new.timing
+    ratio = t["yardstick"]["median_ms"] / t["solution"]["median_ms"]
+    low, high = ratio_interval(*shared, confidence, seed=0)
+    term = 1 + t.get("process_term", 0.0)
+    return ratio, (min(low / term, ratio), max(high * term, ratio))
+
+
 def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,
                   confidence: float = 0.95) -> list[Change]:
     """Regressions and improvements of each (now, then, label): a pair correct then and not now; a
     speedup lower by more than `max_regression`, called only when the whole confidence interval of
     now / then lies below 1 - max_regression (faster: above 1 + max_regression); a pair of then
-    that is missing now (`now` None)."""
+    that is missing now (`now` None). Where now was timed with then in the same rounds (the CI
+    gate's --baseline-rev), now / then is the ratio of their times in those rounds
+    (same_rounds_change); else the ratio of the two speedups (change_interval)."""
     changes: list[Change] = []
     for new, old, label in pairs:
         problem = old.problem["id"]
@@ -89,19 +117,35 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
                                   f"{where}: correct in the baseline, now {new.status.value}: {new.message}"))
         elif old.status is not Status.OK and new.status is Status.OK:
             changes.append(Change(problem, label, "now correct", f"{where}: {old.status.value} in the baseline, now ok"))
+        if old.status is Status.OK and new.status is Status.OK and (new.timing or {}).get("yardstick_failed"):
+            changes.append(Change(problem, label, "not compared", f"{where}: the baseline could not be timed in this "
+                                                                  f"pair's rounds: {new.timing['yardstick_failed']}"))
+            continue
+        same = same_rounds_change(new, confidence) if old.status is Status.OK else None
+        if same is not None:
+            ratio, interval = same
+            t = new.timing
+            said = (f"{where}: {t['solution']['median_ms']:.4g} ms against the baseline's "
+                    f"{t['yardstick']['median_ms']:.4g} ms in the same {len(t['solution']['rounds'])} rounds: "
+                    f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
+            changes.append(_called(problem, label, said, interval, max_regression))
+            continue
         interval = change_interval(new, old, confidence)
         if interval is None:
             continue
         ratio = speedup_of(new) / speedup_of(old)
         said = (f"{where}: speedup {speedup_of(new):.2f}x against the baseline's {speedup_of(old):.2f}x: "
                 f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
-        if interval[1] < 1 - max_regression:
-            changes.append(Change(problem, label, "slower", f"{said}, all of it more than {max_regression:.0%} lower"))
-        elif interval[0] > 1 + max_regression:
-            changes.append(Change(problem, label, "faster", f"{said}, all of it more than {max_regression:.0%} higher"))
-        else:
-            changes.append(Change(problem, label, "within noise", f"{said}: no change called"))
+        changes.append(_called(problem, label, said, interval, max_regression))
     return changes
+
+
+def _called(problem: str, label: str, said: str, interval: tuple[float, float], max_regression: float) -> Change:
+    if interval[1] < 1 - max_regression:
+        return Change(problem, label, "slower", f"{said}, all of it more than {max_regression:.0%} lower")
+    if interval[0] > 1 + max_regression:
+        return Change(problem, label, "faster", f"{said}, all of it more than {max_regression:.0%} higher")
+    return Change(problem, label, "within noise", f"{said}: no change called")
 
 
 def compare(current: list[EvalResult], baseline: list[Entry], max_regression: float,

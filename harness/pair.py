@@ -76,101 +76,49 @@ def _limits(cfg: dict[str, Any], reference_ms: float) -> dict[str, Any]:
                          f"timeouts.first_call_s={t['first_call_s']:g} s)"}
 
 
-class ReferenceRounds:
-    """The reference's half of a pair's timing rounds (worker.time_model): before each round of the
-    solution's, a block of the reference, in the role the pair's class is compared with (decided
-    at the first round from the outputs judged so far; PyTorch's defaults for an A/A pair), timed
-    by a reference worker (worker.run_reference): a second worker of the lane's pool, a process
-    of the same kind as the solution's, sandboxed alike, whose every call is made the way the
-    solution's timed calls are (handed over and taken by the lane alike when every timed call is,
-    checks.secret_timed_checks). So the two sides pay the same per-process cost of launching work
-    and the same per-call procedure, which a reference timed in the lane did not (docs/evaluation.md).
-    Each side is stopped (SIGSTOP) while the other is timed. Work the solution's worker left
-    running on the GPU would slow the reference: the lane waits for the GPU to be idle first and
-    records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
-    pair keeps the lane's earlier measurement and says why (`rounds_failed`)."""
+class BlockWorker:
+    """A worker of the lane's pool that times blocks of calls when the lane asks ({"op": "block",
+    "role", "calls"}): the reference worker (worker.run_reference) or a yardstick worker
+    (worker.run_yardstick). It runs only for its blocks (SIGCONT, then SIGSTOP), on the timing
+    CPUs while it does; its handed-over outputs are taken into a sample of their own, never judged
+    (`sink`: the same draws and the same work per kept call as the solution's). Its first block
+    may wait for its set-up (import, CUDA context, construction) on top of the calls' limits."""
 
-    IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
-
-    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
-                 tolerances: dict[str, Any]):
-        self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
-        self.limits = limits
-        self.t, self.run = job["config"]["timing"], job["config"]["precision"]
-        self.role: str | None = None
+    def __init__(self, lane, spare, sink, limits: dict[str, Any], what: str):
+        self.lane, self.spare, self.sink, self.limits, self.what = lane, spare, sink, limits, what
+        self.fresh = spare.state != "serving"   # its set-up is still to come
         self.blocks: list[list[float]] = []
         self.gpu_s = 0.0
-        self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
         self.failed = ""
-        self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
-        self.every = every_timed_call(job["config"]["checks"], job["device"])
-        # the reference's handed-over outputs are taken as the solution's are, into a sample of
-        # its own (never judged; a CPU lane's files in a folder of its own)
-        self.sink = lane.judge.begin(problem, job["seeds"], tolerances, self.run)
-        if self.every:  # the same draws as the solution's sample, the same work per kept call, nothing kept
-            spill = lane.judge.spill_dir / "reference" if lane.judge.spill_dir is not None else None
-            self.sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
-        # both workers on the lane's timing CPU while timed (harness/placement.py)
-        self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
-                                          lane.cpus)
-        self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
-        self.placed = False          # the solution's worker pinned (from its timing phase on)
-        self.spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare,
-                                                                        entry.get("out_bytes", 0)))
-        self.fresh = self.spare.state != "serving"   # its set-up is still to come
-        self.worker_problems = self.spare.problems   # the problems the worker has been set up for, this one included
 
     def pause(self) -> None:
-        """The reference worker stopped while the solution's worker times (it may still be setting up)."""
         if self.spare is not None:
             signal_spare(self.spare, signal.SIGSTOP)
 
-    def place(self, pid: int) -> None:
-        """Before a block of the solution's worker `pid`: what ran since its last block off the
-        timing CPU is counted, then every thread of it pinned there (new threads too)."""
-        if self.cpus is None:
-            return
-        if self.placed and placement.strays(pid, self.cpus):
-            self.strays += 1
-        placement.pin(pid, self.cpus)
-        self.placed = True
-
-    def unplace(self, pid: int) -> None:
-        """The solution's timing done: its last block checked, the worker back on the lane's CPUs."""
-        if not self.placed:
-            return
-        if placement.strays(pid, self.cpus):
-            self.strays += 1
-        placement.pin(pid, self.lane.cpus)
-        self.placed = False
-
-    def block(self, message: dict[str, Any]) -> None:
-        if self.failed:
-            return
-        from .timing import per_round, planned_samples, rule_of
+    def serve(self, role: str, calls: int, cpus) -> bool:
+        """One block of `calls` calls in `role`; False (and `failed` said) where the worker failed."""
+        if self.failed or self.spare is None:
+            return False
         try:
-            self.role = self.role or self.role_of()
-            per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
-            _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
-            self._wait_idle()
-            if self.cpus is not None:
-                placement.pin(self.spare.pid, self.cpus)
+            if cpus is not None:
+                placement.pin(self.spare.pid, cpus)
             signal_spare(self.spare, signal.SIGCONT)
             try:
-                block = self._serve(each)
+                block = self._serve(role, calls)
             finally:
                 self.pause()
-            self.blocks.append(block)
-            self.gpu_s += sum(block) / 1e3
         except ChannelClosed as exc:
-            self.failed = f"the reference worker failed: {exc}"
-            self.release()
+            self.failed = f"the {self.what} failed: {exc}"
+            return False
+        self.blocks.append(block)
+        self.gpu_s += sum(block) / 1e3
+        return True
 
-    def _serve(self, calls: int) -> list[float]:
-        """One block: ask, then follow the reference worker (its calls bounded as the solution's,
-        its outputs taken as the solution's) until it reports the block's times."""
+    def _serve(self, role: str, calls: int) -> list[float]:
+        """Ask, then follow the worker (its calls bounded as the solution's, its outputs taken as
+        the solution's) until it reports the block's times."""
         spare = self.spare
-        spare.channel.send({"op": "block", "role": self.role, "calls": calls})
+        spare.channel.send({"op": "block", "role": role, "calls": calls})
         setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if self.fresh else 0.0)
         deadline = time.monotonic() + setup_limit + calls * self.limits["call_s"]
         while True:
@@ -192,6 +140,128 @@ class ReferenceRounds:
             if event == "output":
                 self.lane.take(spare, message, payload, self.sink)
 
+    def stats(self, timer_name: str) -> dict[str, Any]:
+        from .pipeline import now
+        from .timing import stats_of
+        stats = stats_of([x for block in self.blocks for x in block], SimpleNamespace(name=timer_name))
+        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in self.blocks]}
+
+
+class ReferenceRounds:
+    """The other halves of a pair's timing rounds (worker.time_model): before each round of the
+    solution's, a block of the reference, in the role the pair's class is compared with (decided
+    at the first round from the outputs judged so far; PyTorch's defaults for an A/A pair), timed
+    by a reference worker (worker.run_reference): a second worker of the lane's pool, a process
+    of the same kind as the solution's, sandboxed alike, whose every call is made the way the
+    solution's timed calls are (handed over and taken by the lane alike when every timed call is,
+    checks.secret_timed_checks). So the two sides pay the same per-process cost of launching work
+    and the same per-call procedure, which a reference timed in the lane did not (docs/evaluation.md).
+    Each side is stopped (SIGSTOP) while the other is timed. Work the solution's worker left
+    running on the GPU would slow the reference: the lane waits for the GPU to be idle first and
+    records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
+    pair keeps the lane's earlier measurement and says why (`rounds_failed`).
+
+    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) each round has a
+    third block, between the reference's and the solution's: the solution as it was at the
+    revision, in a yardstick worker of its own (worker.run_yardstick), as many calls as the
+    solution's round. The gate's now/then ratio is then a bootstrap over rounds both sides share
+    (harness/gate.py), which neither the reference's moves nor the machine's drift between two
+    pairs can bias. Should it fail, the pair is judged as ever and says why (`yardstick_failed`)."""
+
+    IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
+
+    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
+                 tolerances: dict[str, Any]):
+        self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
+        self.t, self.run = job["config"]["timing"], job["config"]["precision"]
+        self.role: str | None = None
+        self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
+        self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
+        # both workers on the lane's timing CPU while timed (harness/placement.py)
+        self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
+                                          lane.cpus)
+        self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
+        self.placed = False          # the solution's worker pinned (from its timing phase on)
+        hint = entry.get("out_bytes", 0)
+        spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare, hint))
+        self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
+        self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
+        self.yardstick: BlockWorker | None = None
+        if job.get("yardstick"):
+            then = {**job, "solution_path": job["yardstick"]["solution_path"],
+                    "libraries": job["yardstick"].get("libraries") or []}
+            spare = lane.pool.take()
+            spare.state = "starting"
+            self.yardstick = BlockWorker(lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
+            try:
+                spare.channel.send({"op": "run", "request": _request(then, "yardstick", spare, hint)})
+            except ChannelClosed as exc:
+                self.yardstick.failed = f"the yardstick worker failed: {exc}"
+
+    @property
+    def failed(self) -> str:
+        return self.reference.failed
+
+    @property
+    def gpu_s(self) -> float:
+        return self.reference.gpu_s + (self.yardstick.gpu_s if self.yardstick is not None else 0.0)
+
+    def _sink(self, tolerances: dict[str, Any], name: str):
+        """Where a block worker's handed-over outputs go: taken as the solution's, into a sample of
+        their own (never judged; a CPU lane's files in a folder of its own)."""
+        lane, job = self.lane, self.job
+        sink = lane.judge.begin(self.problem, job["seeds"], tolerances, self.run)
+        if every_timed_call(job["config"]["checks"], job["device"]):
+            spill = lane.judge.spill_dir / name if lane.judge.spill_dir is not None else None
+            sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
+        return sink
+
+    def pause(self) -> None:
+        """The block workers stopped while the solution's worker times (they may still be setting up)."""
+        self.reference.pause()
+        if self.yardstick is not None:
+            self.yardstick.pause()
+
+    def place(self, pid: int) -> None:
+        """Before a block of the solution's worker `pid`: what ran since its last block off the
+        timing CPU is counted, then every thread of it pinned there (new threads too)."""
+        if self.cpus is None:
+            return
+        if self.placed and placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.cpus)
+        self.placed = True
+
+    def unplace(self, pid: int) -> None:
+        """The solution's timing done: its last block checked, the worker back on the lane's CPUs."""
+        if not self.placed:
+            return
+        if placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.lane.cpus)
+        self.placed = False
+
+    def block(self, message: dict[str, Any]) -> None:
+        """The blocks before the solution's round `message` (its "round" event): the reference's,
+        then the yardstick's (as many calls as the solution's round)."""
+        if not self.reference.failed:
+            from .timing import per_round, planned_samples, rule_of
+            try:
+                self.role = self.role or self.role_of()
+                per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
+                _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
+            except ChannelClosed as exc:
+                self.reference.failed = f"the reference worker failed: {exc}"
+            else:
+                self._wait_idle()
+                self.reference.serve(self.role, each, self.cpus)
+            if self.reference.failed:
+                self._end(self.reference)
+        if self.yardstick is not None and not self.yardstick.failed:
+            self._wait_idle()
+            if not self.yardstick.serve("yardstick", max(1, int(message.get("calls", 1))), self.cpus):
+                self._end(self.yardstick)
+
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":
             return
@@ -211,35 +281,61 @@ class ReferenceRounds:
                 return
             time.sleep(0.001)
 
-    def release(self) -> None:
-        """The pair's part done: the reference worker stays, stopped, for the problem's next pair
-        (ended here if it failed), its outputs' buffers freed."""
-        if self.spare is not None:
-            spare, self.spare = self.spare, None
+    def _end(self, worker: BlockWorker) -> None:
+        """A block worker done with: the reference worker stays, stopped, for the problem's next
+        pair (ended if it failed); a yardstick worker is ended. Its sample's buffers freed."""
+        spare, worker.spare = worker.spare, None
+        if spare is not None:
             if self.cpus is not None:
                 placement.pin(spare.pid, self.lane.cpus)
-            if self.failed:
+            if worker is self.reference and not worker.failed:
+                signal_spare(spare, signal.SIGSTOP)
+            elif worker is self.reference:
                 self.lane.end_reference_worker()
             else:
-                signal_spare(spare, signal.SIGSTOP)
-        if self.sink.sample is not None:
-            self.sink.sample.release()
+                try:
+                    signal_spare(spare, signal.SIGCONT)
+                    spare.channel.send({"op": "end"})
+                except ChannelClosed:
+                    pass
+                kill(spare)
+        if worker.sink.sample is not None:
+            worker.sink.sample.release()
+
+    def release(self) -> None:
+        """The pair's part done: the block workers' (harness/lane.py reference_worker)."""
+        self._end(self.reference)
+        if self.yardstick is not None:
+            self._end(self.yardstick)
         self.lane.judge.release(force=True)
 
     def timing(self) -> dict[str, Any]:
         """The interleaved measurement for the pair's timing block: {role: stats with its rounds}
         ({} when no round was timed)."""
-        from .pipeline import now
-        from .timing import stats_of
-        if not self.blocks or self.failed:
+        if not self.reference.blocks or self.reference.failed:
             return {}
-        stats = stats_of([x for block in self.blocks for x in block], SimpleNamespace(name=self.timer_name))
-        stats = {**stats, "interleaved": True, "measured_at": now(), "age_s": 0.0, "reused": False,
-                 "measured_in": "reference worker", "worker_problems": self.worker_problems,
-                 "rounds": [[round(x, 5) for x in block] for block in self.blocks]}
+        stats = {**self.reference.stats(self.timer_name), "age_s": 0.0, "reused": False,
+                 "measured_in": "reference worker", "worker_problems": self.worker_problems}
         if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
             return {"reference": stats, strict_role(self.run): stats}
         return {self.role: stats}
+
+    @property
+    def yardstick_failed(self) -> str:
+        """Why a pair with a yardstick has no yardstick timing ('' where it has, or has none)."""
+        y = self.yardstick
+        if y is None or (y.blocks and not y.failed):
+            return ""
+        return y.failed or "it timed no round"
+
+    def yardstick_timing(self) -> dict[str, Any]:
+        """The yardstick's part of the timing block: {"yardstick": stats with its rounds, the
+        solution it timed}; {} without one or where it failed (yardstick_failed)."""
+        y = self.yardstick
+        if y is None or self.yardstick_failed:
+            return {}
+        return {"yardstick": {**y.stats(self.timer_name), "measured_in": "yardstick worker",
+                              "solution": self.job["yardstick"].get("name", "")}}
 
 
 def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:
@@ -384,12 +480,15 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     if rounds is not None:
         spent["gpu_s"] += rounds.gpu_s
         lane.remember(entry, interleaved)
-    timing = timing_of(outcome.events, {**refs, **interleaved})
+    timing = timing_of(outcome.events, {**refs, **interleaved,
+                                        **(rounds.yardstick_timing() if rounds is not None else {})})
     if rounds is not None and rounds.disturbed:
         timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
     if rounds is not None and rounds.failed:
         timing["rounds_failed"] = rounds.failed
-    if rounds is not None and rounds.cpus is not None and rounds.blocks:
+    if rounds is not None and rounds.yardstick_failed and "solution" in timing:
+        timing["yardstick_failed"] = rounds.yardstick_failed
+    if rounds is not None and rounds.cpus is not None and rounds.reference.blocks:
         timing["pinned_cpus"] = sorted(rounds.cpus)
         if rounds.strays:
             timing["unpinned_blocks"] = rounds.strays

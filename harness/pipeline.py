@@ -132,6 +132,12 @@ class PairRun:
         self.attempts = 0               # lanes that took it (one more after a lane died)
         self.extensions: list[dict[str, Any]] = []  # what its build step built (or an earlier one, per the manifest)
         self.solution = pair.solution.to_dict()   # with the problem's names it uses (KernelBench's namespace)
+        # the CI gate's comparison with a revision (run_eval.py check --baseline-rev): the pair of
+        # the solution as it was, timed in this pair's rounds (harness/pair.py ReferenceRounds),
+        # which is itself judged for correctness only (`timed` False)
+        self.yardstick: PairRun | None = None
+        self.timed = True
+        self.build_ok = False           # its build step ended with libraries to run (or the manifest had them)
         used = problem_names_used(pair.solution.path, pair.problem.path)
         if used:
             self.solution["problem_names"] = used
@@ -195,11 +201,19 @@ class PairRun:
     def job(self) -> dict[str, Any]:
         """What a lane needs to evaluate the pair (plain data: it crosses to the lane's process)."""
         ctx = self.ctx
-        return {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.solution,
-                "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
-                "seeds": self.seeds, "config": ctx.cfg.to_dict(), "env": ctx.env, "build": self.build,
-                "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
-                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
+        config = ctx.cfg.to_dict()
+        if not self.timed:
+            config["timing"] = {**config["timing"], "enabled": False}
+        job = {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.solution,
+               "problem_path": str(self.pair.problem.path), "solution_path": str(self.pair.solution.path),
+               "seeds": self.seeds, "config": config, "env": ctx.env, "build": self.build,
+               "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
+               "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
+        then = self.yardstick
+        if then is not None and then.build_ok and config["timing"].get("enabled", True):
+            job["yardstick"] = {"name": then.pair.solution.name, "solution_path": str(then.pair.solution.path),
+                                "libraries": then.extensions}
+        return job
 
 
 def assemble(job: dict[str, Any], status: Status, message: str, detail: str = "", phase: str = "", *,

@@ -39,11 +39,16 @@ from .store import Store
 
 class Schedule:
     """Pairs ready for a lane, and how many builds may still add one. A lane takes a pair of the
-    problem it had last when there is one (its reference timings and ground truth are warm)."""
+    problem it had last when there is one (its reference timings and ground truth are warm). A
+    pair with a yardstick (the CI gate's solution at a revision: PairRun.yardstick) waits until
+    the yardstick's build has ended, so that its lane can time it with the yardstick's libraries."""
 
-    def __init__(self, order: dict[int, int]):
+    def __init__(self, order: dict[int, int], after: dict[int, PairRun] | None = None):
         self.cv = threading.Condition()
         self.ready: list[PairRun] = []
+        self.parked: list[PairRun] = []   # built, waiting for their yardstick's build
+        self.ended: set[int] = set()      # runs whose build ended (or was in the manifest)
+        self.after = after or {}          # id(run) -> the run whose build it waits for
         self.building = 0
         self.order = order
 
@@ -51,22 +56,32 @@ class Schedule:
         with self.cv:
             self.building += builds
 
-    def built(self, run: PairRun | None) -> None:
+    def built(self, run: PairRun, ok: bool) -> None:
+        """`run`'s build step ended: ready for a lane when `ok` (else its result is recorded)."""
         with self.cv:
             self.building -= 1
-            if run is not None:
-                self.ready.append(run)
-            self.cv.notify_all()
+            self._ended(run, ok)
 
-    def put(self, run: PairRun) -> None:
+    def put(self, run: PairRun, ok: bool = True) -> None:
+        """A run the build manifest already records (built: ready when `ok`)."""
         with self.cv:
-            self.ready.append(run)
-            self.cv.notify_all()
+            self._ended(run, ok)
+
+    def _ended(self, run: PairRun, ok: bool) -> None:
+        self.ended.add(id(run))
+        if ok:
+            self.parked.append(run)
+        for waiting in list(self.parked):
+            dependency = self.after.get(id(waiting))
+            if dependency is None or id(dependency) in self.ended:
+                self.parked.remove(waiting)
+                self.ready.append(waiting)
+        self.cv.notify_all()
 
     def more(self) -> bool:
         """Whether a pair may still be handed out after those already taken."""
         with self.cv:
-            return bool(self.ready) or self.building > 0
+            return bool(self.ready or self.parked) or self.building > 0
 
     def take(self, last_problem: str | None) -> PairRun | None:
         with self.cv:
@@ -78,6 +93,12 @@ class Schedule:
             pick = min(same or self.ready, key=lambda r: self.order[id(r)])
             self.ready.remove(pick)
             return pick
+
+    @property
+    def left(self) -> list[PairRun]:
+        """What no lane took (every lane died)."""
+        with self.cv:
+            return self.ready + self.parked
 
 
 def pair_line(result: EvalResult, done: int, total: int, width: int | None = None) -> str:
@@ -139,13 +160,18 @@ def digest(files: list[Path]) -> dict[str, str]:
 
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
              out: Callable[[str], None] = print, lanes: Lanes | None = None,
-             width: int | None = None) -> list[EvalResult]:
+             width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
+             ) -> list[EvalResult]:
     """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
+    `yardsticks`: (problem id, solution name) of a pair -> that of another pair of the run, the
+    same solution at a revision (the CI gate's --baseline-rev): timed in the first's rounds, and
+    itself judged for correctness only (harness/pair.py ReferenceRounds).
     The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
     raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
     files = checkout_files(pairs, cfg)
     before = digest(files)
-    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width)
+    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width,
+                        yardsticks=yardsticks)
     changed = [name for name, sha in digest(files).items() if sha != before[name]]
     if changed:
         shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
@@ -155,7 +181,8 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
 
 
 def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
-              lanes: Lanes | None, width: int | None = None) -> list[EvalResult]:
+              lanes: Lanes | None, width: int | None = None,
+              yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None) -> list[EvalResult]:
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
@@ -184,14 +211,15 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         first.validate(pairs, extra, cfg.source)
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
-            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width)
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks)
     finally:
         lanes.close()
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
          info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
-         width: int | None = None) -> list[EvalResult]:
+         width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
+         ) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
@@ -242,7 +270,12 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             done[result.key] = result
             progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
 
-    schedule = Schedule({id(r): i for i, r in enumerate(runs)})
+    by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
+    for now_key, then_key in (yardsticks or {}).items():
+        if now_key in by_key and then_key in by_key and cfg.timing.enabled:
+            by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
+    schedule = Schedule({id(r): i for i, r in enumerate(runs)},
+                        {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:
         manifest = manifests[id(run)]
         if manifest is not None:
@@ -250,7 +283,9 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         if manifest is not None and manifest.get("skipped"):
             record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
                             own_s=0.0))
+            schedule.put(run, ok=False)
         elif manifest is not None:
+            run.build_ok = True
             schedule.put(run)
     schedule.expect(len(to_build))
     # Identical sources (the same manifest key) build once: the first pair's build step runs, the
@@ -269,21 +304,22 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         progress.build_done()
         if result is not None:
             record(result)
-        schedule.built(None if result is not None else run)
+        run.build_ok = result is None
+        schedule.built(run, run.build_ok)
         return result
 
     def build(leader: PairRun) -> None:
         result = build_one(leader)
         for run in same[manifest_key(leader.pair.solution, ctx.torch_version, ctx.arch, device)][1:]:
             if result is None:
-                run.extensions = leader.extensions
+                run.extensions, run.build_ok = leader.extensions, True
                 progress.build_done()
-                schedule.built(run)
+                schedule.built(run, True)
             elif result.status is Status.SKIPPED:  # e.g. CUDA sources on a CPU run: so are these
                 progress.build_done()
                 record(assemble(run.job(), Status.SKIPPED, result.message, phase="build", phases={}, gpu_s=0.0,
                                 own_s=0.0))
-                schedule.built(None)
+                schedule.built(run, False)
             else:
                 build_one(run)
 
@@ -339,7 +375,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         list(pool.map(build, leaders))
     for thread in threads:
         thread.join()
-    leftover = schedule.ready
+    leftover = schedule.left
     for run in leftover:  # every lane died for good
         record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
                         phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))

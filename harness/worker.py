@@ -5,7 +5,8 @@
                                             solution, which builds its extension; events go to a file
     python -m harness.worker --serve FD     a warm spare of a lane's pool (harness/pool.py): torch and the
                                             harness are imported and primed before there is work; on the
-                                            channel FD it gets one "run" (modes eval and diagnose)
+                                            channel FD it gets one "run" (modes eval and diagnose; the
+                                            block workers' reference and yardstick)
 
 mode "eval": import the solution, construct it with the matched seed for each shape, run the
 correctness trials and the timing, the profiled call. Each checked output, the inputs after the
@@ -322,14 +323,39 @@ class Worker:
     def _serve_reference(self) -> bool:
         """One problem's reference: set up, then blocks until "end" (False) or "problem" (True,
         the request replaced)."""
-        t = self.req["timing"]
-        run = self.req.get("precision", "fp32")
         problem = load_module(Path(self.req["problem_path"]))
-        pool = self.fresh_inputs(problem)
-        timer = make_timer(self.device, t["flush_l2"])
         with torch.no_grad():
             model = construct(problem.Model, list(problem.get_init_inputs()), self.req["seeds"]["init"], self.device,
                               dtype=self.dtype)
+        return self._serve_blocks(problem, model, lambda role: role != "reference")
+
+    def run_yardstick(self) -> None:
+        """A yardstick worker (mode "yardstick"; run_eval.py check --baseline-rev): the pair's
+        solution as it was at the revision (the request's solution_path, its libraries staged as
+        any solution's), made with the pair's matched seed and timed in the blocks the lane asks
+        for, each call made by timed_calls like the solution's own timed calls, with PyTorch's
+        defaults. The lane times a block of it in every round of the pair, next to the reference's
+        and the solution's, so the gate compares now with then in the same rounds (harness/gate.py).
+        It serves one pair and ends."""
+        problem = load_module(Path(self.req["problem_path"]))
+        model_new = self.load_solution(problem)
+        self.set_phase("construct", shape=0)
+        with torch.no_grad():
+            model = construct(model_new, list(problem.get_init_inputs()), self.req["seeds"]["init"], self.device,
+                              call=for_solution, dtype=self.dtype)
+        self._serve_blocks(problem, functools.partial(for_solution, model), lambda role: False)
+        self.events.emit("gpu_time", **self.gpu)
+
+    def _serve_blocks(self, problem, model, strict_of) -> bool:
+        """Call `model` once on the timing inputs, then time the blocks the lane asks for ({"op":
+        "block", "role", "calls"}; a role's first block after its warm-up calls, `strict_of(role)`:
+        with the run's strictest backend settings), until "end" (False) or "problem" (True, the
+        request replaced: a reference worker's next problem)."""
+        t = self.req["timing"]
+        run = self.req.get("precision", "fp32")
+        pool = self.fresh_inputs(problem)
+        timer = make_timer(self.device, t["flush_l2"])
+        with torch.no_grad():
             model(*pool.live)
             self.sync()
         roles: dict[str, Any] = {}
@@ -337,7 +363,7 @@ class Worker:
         while True:
             got = self.events.channel.recv()
             if got is None:
-                raise ChannelClosed("the lane closed the reference worker's channel")
+                raise ChannelClosed("the lane closed the block worker's channel")
             op = got[0]
             if op.get("op") == "end":
                 return False
@@ -349,7 +375,7 @@ class Worker:
             if op.get("op") != "block":
                 continue
             role = op["role"]
-            with torch.no_grad(), strict_backends(run, role != "reference"):
+            with torch.no_grad(), strict_backends(run, strict_of(role)):
                 if role not in roles:
                     roles[role] = self.timed_calls(model, pool, timer)[0]
                     self.gpu["warmup_s"] += sum(roles[role]() for _ in range(max(1, t["warmup"]))) / 1e3
@@ -425,7 +451,7 @@ class Worker:
     def main(self) -> None:
         try:
             self.events.emit("sandbox", **self.sandbox)
-            if self.device == "cuda" and self.req["mode"] in ("eval", "diagnose", "reference"):  # builds see no GPU
+            if self.device == "cuda" and self.req["mode"] in ("eval", "diagnose", "reference", "yardstick"):  # builds see no GPU
                 torch.cuda.set_device(0)
             if self.req["mode"] in ("build", "compile"):
                 os.nice(10)  # compiling yields the CPU to the lanes' timed calls

@@ -171,14 +171,22 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     # holds the gate's mechanics, so it calls only a halving a regression
     rc, out = check(*args, "--results-dir", str(tmp_path / "r1"), "--max-regression", "0.5")
     assert rc == 0 and "gen@" in out and "0 regression(s)" in out, out
-    assert "compared: elementwise_add / gen: speedup" in out and "no change called" in out, out
+    assert "compared: elementwise_add / gen: " in out and "in the same 10 rounds" in out, out
+    assert "no change called" in out, out
+    # now and then timed in the same rounds of the now pair; the then pair judged for correctness only
+    from harness.store import load_run
+    (run,) = [d for d in (tmp_path / "r1").iterdir() if d.is_dir()]
+    now, then = sorted(load_run(run), key=lambda r: "@" in r.solution["name"])
+    assert len(now.timing["yardstick"]["rounds"]) == len(now.timing["solution"]["rounds"]) == 10
+    assert now.timing["yardstick"]["solution"] == then.solution["name"] and then.status is Status.OK
+    assert "solution" not in (then.timing or {}) and then.config["timing"]["enabled"] is False
     # the same kernel called 30 times per forward: slower by far more than the noise (no rebuild)
     slower = source.replace("        return elementwise_add.add(a, b)",
                             "        for _ in range(30):\n            out = elementwise_add.add(a, b)\n        return out")
     assert slower != source
     (folder / "gen.py").write_text(slower)
     rc, out = check(*args, "--results-dir", str(tmp_path / "r2"))
-    assert rc == 1 and "elementwise_add / gen: speedup" in out and "more than 5% lower" in out, out
+    assert rc == 1 and "elementwise_add / gen: " in out and "more than 5% lower" in out, out
     rc, out = check(*args[:-1], "no-such-rev", "--results-dir", str(tmp_path / "r3"))
     assert rc == 2 and "'no-such-rev' is not a revision of" in out, out
 
@@ -189,3 +197,42 @@ def test_the_change_interval_includes_both_process_terms():
     widened = [EvalResult(**{**r.__dict__, "timing": {**r.timing, "process_term": p}}) for r, p in ((new, 0.01), (old, 0.02))]
     low, high = gate.change_interval(*widened)
     assert abs(low - bare[0] / (1.01 * 1.02)) < 1e-9 and abs(high - bare[1] * 1.01 * 1.02) < 1e-9
+
+
+def timed_with_yardstick(now_ms, then_ms, drift, rounds=10, spread=0.01, seed=0, reference_ms=2.0):
+    """A pair timed with its solution at a revision in the same rounds: each round's three blocks
+    share that round's drift (the machine's state), each call its own spread."""
+    import random
+    rng = random.Random(seed)
+    blocks = {name: [] for name in ("reference", "solution", "yardstick")}
+    for r in range(rounds):
+        for name, ms in (("reference", reference_ms), ("solution", now_ms), ("yardstick", then_ms)):
+            blocks[name].append([ms * drift[r % len(drift)] * (1 + rng.gauss(0, spread)) for _ in range(10)])
+    import statistics
+    timing = {name: {"median_ms": statistics.median(x for b in rounds_ for x in b), "rounds": rounds_}
+              for name, rounds_ in blocks.items()}
+    timing.update(baseline="reference", speedup=timing["reference"]["median_ms"] / timing["solution"]["median_ms"],
+                  process_term=0.005)
+    r = result("s", speedup=1.0)
+    return EvalResult(**{**r.__dict__, "timing": timing})
+
+
+def test_now_and_then_in_the_same_rounds_cancel_what_moved_between_pairs():
+    """The gate's ratio comes from the rounds both versions shared: a machine that ran 30% slower
+    in some rounds than in others moves both alike, and the then pair's own speedup (here one with a
+    reference that moved by 25%, as 71 / fast_fp32's did on the H200) plays no part."""
+    drift = [1.0, 1.3, 1.0, 1.15, 0.95]
+    then = result("s", speedup=2.5)   # its own pair said 2.5x; this pair's reference says 2.0x
+    same = [gate.compare_pairs([(timed_with_yardstick(1.0, 1.0, drift, seed=i), then, "s")], 0.05)[0]
+            for i in range(20)]
+    assert {c.kind for c in same} == {"within noise"}
+    assert all("in the same 10 rounds" in c.message for c in same)
+    ratio, (low, high) = gate.same_rounds_change(timed_with_yardstick(1.0, 1.0, drift, seed=3))
+    assert low <= 1.0 <= high and high - low < 0.05, (low, high)      # narrow: the drift cancels
+    slower = [gate.compare_pairs([(timed_with_yardstick(1.1, 1.0, drift, seed=i), then, "s")], 0.05)[0]
+              for i in range(20)]
+    assert all(c.kind == "slower" and "all of it more than 5% lower" in c.message for c in slower)
+    failed = timed_with_yardstick(1.0, 1.0, drift)
+    failed = EvalResult(**{**failed.__dict__, "timing": {**failed.timing, "yardstick_failed": "it exited (-9)"}})
+    (change,) = gate.compare_pairs([(failed, then, "s")], 0.05)
+    assert change.kind == "not compared" and "it exited (-9)" in change.message and not change.regression

@@ -28,12 +28,30 @@ def test_a_lane_waits_for_a_build_that_may_add_a_pair():
     schedule = Schedule({id(late): 0})
     schedule.expect(1)
     assert schedule.more()
-    threading.Timer(0.2, schedule.built, args=(late,)).start()
+    threading.Timer(0.2, schedule.built, args=(late, True)).start()
     start = time.monotonic()
     assert schedule.take(None) is late and time.monotonic() - start >= 0.15
     schedule.expect(1)
-    threading.Timer(0.1, schedule.built, args=(None,)).start()  # a build that failed adds nothing
+    threading.Timer(0.1, schedule.built, args=(run("b"), False)).start()  # a build that failed adds nothing
     assert schedule.take(None) is None
+
+
+def test_a_pair_waits_for_its_yardsticks_build_whichever_way_it_ends():
+    """The CI gate's pair is timed with its solution at the revision (its yardstick): it goes to a
+    lane only once the yardstick's build has ended, so the lane has its libraries."""
+    now, then = run("a"), run("a")
+    schedule = Schedule({id(now): 0, id(then): 1}, {id(now): then})
+    schedule.expect(2)
+    schedule.built(now, True)
+    assert schedule.more() and not schedule.ready           # built, parked until the yardstick's build ends
+    schedule.built(then, True)
+    assert schedule.take(None) is now and schedule.take("a") is then
+    now, then = run("a"), run("a")
+    schedule = Schedule({id(now): 0, id(then): 1}, {id(now): then})
+    schedule.expect(1)
+    schedule.put(now)
+    threading.Timer(0.1, schedule.built, args=(then, False)).start()   # its build failed: the pair goes on alone
+    assert schedule.take(None) is now and schedule.take("a") is None and not schedule.left
 
 
 def test_lanes_take_the_visible_gpus_in_order(monkeypatch):
