@@ -91,6 +91,10 @@ class TimingConfig:
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
     # intervals of the rounds alone missed 1.0, by at most 1.1%, 13 of them by at most 0.4%)
     process_term: float = 0.005
+    # check --baseline-rev: the solution as it was at the revision timed in the pair's own rounds
+    # by a yardstick worker (harness/pair.py ReferenceRounds), else as a pair of its own. auto = on
+    # the CPU; on CUDA not yet, until the GPU red team (tests/test_sandbox.py) has run with it
+    gate_yardstick: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -248,6 +252,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.process_term must be in [0, 0.5), got {t.process_term}")
     if t.pin_cpu not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.pin_cpu must be auto, on or off, got {t.pin_cpu!r}")
+    if t.gate_yardstick not in ("auto", "on", "off"):
+        raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
     if t.rounds < 1 or not 0.5 <= t.confidence < 1:
         raise BadInput(where, "timing.rounds must be >= 1 and timing.confidence in [0.5, 1)")
     if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:

@@ -37,6 +37,14 @@ from .solutions import Pair
 from .store import Store
 
 
+def gate_in_same_rounds(cfg: Config, device: str) -> bool:
+    """Whether a gate's revision is timed in its pair's rounds by a yardstick worker
+    (timing.gate_yardstick; auto: on the CPU, and on CUDA not before the GPU red team has run with
+    it), else as a pair of its own, compared by the two speedups (harness/gate.py)."""
+    setting = cfg.timing.gate_yardstick
+    return cfg.timing.enabled and (setting == "on" or setting == "auto" and device != "cuda")
+
+
 class Schedule:
     """Pairs ready for a lane, and how many builds may still add one. A lane takes a pair of the
     problem it had last when there is one (its reference timings and ground truth are warm). A
@@ -272,7 +280,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
 
     by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
     for now_key, then_key in (yardsticks or {}).items():
-        if now_key in by_key and then_key in by_key and cfg.timing.enabled:
+        if now_key in by_key and then_key in by_key and gate_in_same_rounds(cfg, device):
             by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
