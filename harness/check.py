@@ -94,9 +94,15 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
         compiled = compile_solutions(needs_cuda, cfg, jobs=jobs, out=out)
     changes = []
     if then:  # each solution against itself at the revision, timed in the same rounds of this run
-        changes = compare_pairs([(recorded.get(key), recorded[(key[0], p.solution.name)], key[1])
-                                 for key, p in then.items() if (key[0], p.solution.name) in recorded],
-                                max_regression, cfg.timing.confidence)
+        # a solution whose sources are those of the revision was not run twice: it is its own then
+        # (harness/runner.py: every pair run has a result; one left out is one unchanged)
+        unchanged = [key for key, p in then.items() if (key[0], p.solution.name) not in recorded and key in recorded]
+        if unchanged:
+            out(f"--baseline-rev: {len(unchanged)} of {len(then)} solution(s) unchanged since {baseline_rev} "
+                f"(the same sources, helpers included): judged once, timed against themselves in one process")
+        changes = compare_pairs([(recorded.get(key), recorded.get((key[0], p.solution.name)) or recorded[key], key[1])
+                                 for key, p in then.items() if (key[0], p.solution.name) in recorded
+                                 or key in unchanged], max_regression, cfg.timing.confidence)
     if baseline:
         problems_ = {p.problem.id for p in pairs}
         names = {p.solution.name for p in pairs} if solution_filter else None

@@ -91,9 +91,10 @@ class TimingConfig:
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
     # intervals of the rounds alone missed 1.0, by at most 1.1%, 13 of them by at most 0.4%)
     process_term: float = 0.005
-    # check --baseline-rev: the solution as it was at the revision timed in the pair's own rounds
-    # by a yardstick worker (harness/pair.py ReferenceRounds), else as a pair of its own. auto = on
-    # the CPU; on CUDA not yet, until the GPU red team (tests/test_sandbox.py) has run with it
+    # check --baseline-rev: the solution as it was at the revision and as it is timed in the pair's
+    # own rounds by one yardstick worker (harness/pair.py ReferenceRounds); off: the revision as a
+    # pair of its own, compared by the two speedups. auto = on (on CUDA since the GPU smoke test
+    # ran it: tests/test_gate.py's gpu test)
     gate_yardstick: str = "auto"
 
 

@@ -72,29 +72,34 @@ def change_interval(new: EvalResult, old: EvalResult, confidence: float = 0.95) 
     return lo_new / hi_old, hi_new / lo_old
 
 
-def shared_rounds(new: EvalResult) -> tuple[list, list] | None:
-    """(the yardstick's rounds, the solution's) of a pair timed with its solution at a revision in
-    the same rounds (harness/pair.py ReferenceRounds), where both times are trusted."""
+def shared_rounds(new: EvalResult) -> tuple[list, list, bool] | None:
+    """(then's rounds, now's rounds, whether in one process) of a pair timed with its solution at a
+    revision in the same rounds (harness/pair.py ReferenceRounds), where the times are trusted: now
+    as timed beside then in the yardstick worker, else (now could not be imported there) the
+    solution's own worker."""
     t = new.timing or {}
-    then, now = t.get("yardstick") or {}, t.get("solution") or {}
+    then = t.get("yardstick") or {}
+    now, one = (then["now"], True) if (then.get("now") or {}).get("rounds") else (t.get("solution") or {}, False)
     if then.get("rounds") and now.get("rounds") and "event_median_ms" not in then and "event_median_ms" not in now:
-        return then["rounds"], now["rounds"]
+        return then["rounds"], now["rounds"], one
     return None
 
 
-def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float, tuple[float, float]] | None:
-    """now's speed over then's, (ratio, interval), from the rounds both shared: the ratio of then's
-    median time to now's (the reference's time cancels: it was the same rounds' for both), its
-    interval a bootstrap over the shared rounds (timing.ratio_interval) widened at each end by the
-    process term (timing.process_term: the two sides ran in two processes)."""
+def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float, tuple[float, float], bool] | None:
+    """now's speed over then's, (ratio, interval, in one process), from the rounds both shared: the
+    ratio of then's median time to now's, its interval a bootstrap over the shared rounds
+    (timing.ratio_interval). Timed in one process (the yardstick worker's two models) that is all;
+    timed in two (then in the yardstick worker, now in the solution's), the interval is widened at
+    each end by the process term (timing.process_term)."""
     shared = shared_rounds(new)
     if shared is None:
         return None
+    then_rounds, now_rounds, one = shared
     t = new.timing
-    ratio = t["yardstick"]["median_ms"] / t["solution"]["median_ms"]
-    low, high = ratio_interval(*shared, confidence, seed=0)
-    term = 1 + t.get("process_term", 0.0)
-    return ratio, (min(low / term, ratio), max(high * term, ratio))
+    ratio = t["yardstick"]["median_ms"] / (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
+    low, high = ratio_interval(then_rounds, now_rounds, confidence, seed=0)
+    term = 1.0 if one else 1 + (new.timing or {}).get("process_term", 0.0)
+    return ratio, (min(low / term, ratio), max(high * term, ratio)), one
 
 
 def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,
@@ -123,10 +128,11 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
             continue
         same = same_rounds_change(new, confidence) if old.status is Status.OK else None
         if same is not None:
-            ratio, interval = same
+            ratio, interval, one = same
             t = new.timing
-            said = (f"{where}: {t['solution']['median_ms']:.4g} ms against the baseline's "
-                    f"{t['yardstick']['median_ms']:.4g} ms in the same {len(t['solution']['rounds'])} rounds: "
+            now_ms = (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
+            said = (f"{where}: {now_ms:.4g} ms against the baseline's {t['yardstick']['median_ms']:.4g} ms in the "
+                    f"same {len(t['yardstick']['rounds'])} rounds{', in one process' if one else ''}: "
                     f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
             changes.append(_called(problem, label, said, interval, max_regression))
             continue

@@ -88,8 +88,10 @@ class BlockWorker:
         self.lane, self.spare, self.sink, self.limits, self.what = lane, spare, sink, limits, what
         self.fresh = spare.state != "serving"   # its set-up is still to come
         self.blocks: list[list[float]] = []
+        self.by_role: dict[str, list[list[float]]] = {}
         self.gpu_s = 0.0
         self.failed = ""
+        self.versions: dict[str, Any] = {}   # a yardstick worker's "versions" event (the roles it serves)
 
     def pause(self) -> None:
         if self.spare is not None:
@@ -111,6 +113,7 @@ class BlockWorker:
             self.failed = f"the {self.what} failed: {exc}"
             return False
         self.blocks.append(block)
+        self.by_role.setdefault(role, []).append(block)
         self.gpu_s += sum(block) / 1e3
         return True
 
@@ -137,14 +140,18 @@ class BlockWorker:
                 return [float(x) for x in message["ms"]]
             if event == "error":
                 raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
+            if event == "versions":
+                self.versions = message
             if event == "output":
                 self.lane.take(spare, message, payload, self.sink)
 
-    def stats(self, timer_name: str) -> dict[str, Any]:
+    def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
+        """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""
         from .pipeline import now
         from .timing import stats_of
-        stats = stats_of([x for block in self.blocks for x in block], SimpleNamespace(name=timer_name))
-        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in self.blocks]}
+        blocks = self.blocks if role is None else self.by_role.get(role, [])
+        stats = stats_of([x for block in blocks for x in block], SimpleNamespace(name=timer_name))
+        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in blocks]}
 
 
 class ReferenceRounds:
@@ -161,12 +168,15 @@ class ReferenceRounds:
     records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
     pair keeps the lane's earlier measurement and says why (`rounds_failed`).
 
-    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) each round has a
-    third block, between the reference's and the solution's: the solution as it was at the
-    revision, in a yardstick worker of its own (worker.run_yardstick), as many calls as the
-    solution's round. The gate's now/then ratio is then a bootstrap over rounds both sides share
-    (harness/gate.py), which neither the reference's moves nor the machine's drift between two
-    pairs can bias. Should it fail, the pair is judged as ever and says why (`yardstick_failed`)."""
+    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) each round has
+    two more blocks, between the reference's and the solution's, of a yardstick worker
+    (worker.run_yardstick): one process that holds the solution as it was at the revision
+    ("then") and as it is ("now"), each timed for as many calls as the solution's round, in turns
+    (then first in even rounds, now first in odd ones). The gate's now/then ratio is a bootstrap
+    over those rounds (harness/gate.py): two models of one process, in the same rounds, which
+    neither an offset between two processes nor the machine's drift can bias. Where "now" could
+    not be imported beside "then", "then" alone is timed and compared with the solution's own
+    blocks. Should the worker fail, the pair is judged as ever and says why (`yardstick_failed`)."""
 
     IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
 
@@ -188,13 +198,15 @@ class ReferenceRounds:
         self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
         self.yardstick: BlockWorker | None = None
         if job.get("yardstick"):
-            then = {**job, "solution_path": job["yardstick"]["solution_path"],
-                    "libraries": job["yardstick"].get("libraries") or []}
+            then = job["yardstick"]
+            both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
             spare = lane.pool.take()
             spare.state = "starting"
             self.yardstick = BlockWorker(lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
             try:
-                spare.channel.send({"op": "run", "request": _request(then, "yardstick", spare, hint)})
+                spare.channel.send({"op": "run", "request": {
+                    **_request(both, "yardstick", spare, hint),
+                    "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources"))}}})
             except ChannelClosed as exc:
                 self.yardstick.failed = f"the yardstick worker failed: {exc}"
 
@@ -243,7 +255,8 @@ class ReferenceRounds:
 
     def block(self, message: dict[str, Any]) -> None:
         """The blocks before the solution's round `message` (its "round" event): the reference's,
-        then the yardstick's (as many calls as the solution's round)."""
+        then the yardstick's, "then" and "now" in turns (as many calls each as the solution's round;
+        "then" first in round 0, by when the worker has said which versions it holds)."""
         if not self.reference.failed:
             from .timing import per_round, planned_samples, rule_of
             try:
@@ -257,10 +270,16 @@ class ReferenceRounds:
                 self.reference.serve(self.role, each, self.cpus)
             if self.reference.failed:
                 self._end(self.reference)
-        if self.yardstick is not None and not self.yardstick.failed:
-            self._wait_idle()
-            if not self.yardstick.serve("yardstick", max(1, int(message.get("calls", 1))), self.cpus):
-                self._end(self.yardstick)
+        y = self.yardstick
+        if y is not None and not y.failed:
+            calls = max(1, int(message.get("calls", 1)))
+            for role in ("then", "now") if int(message.get("n", 0)) % 2 == 0 else ("now", "then"):
+                if role == "now" and "now" not in y.versions.get("roles", ()):
+                    continue
+                self._wait_idle()
+                if not y.serve(role, calls, self.cpus):
+                    self._end(y)
+                    break
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":
@@ -324,18 +343,26 @@ class ReferenceRounds:
     def yardstick_failed(self) -> str:
         """Why a pair with a yardstick has no yardstick timing ('' where it has, or has none)."""
         y = self.yardstick
-        if y is None or (y.blocks and not y.failed):
+        if y is None or (y.by_role.get("then") and not y.failed):
             return ""
         return y.failed or "it timed no round"
 
     def yardstick_timing(self) -> dict[str, Any]:
-        """The yardstick's part of the timing block: {"yardstick": stats with its rounds, the
-        solution it timed}; {} without one or where it failed (yardstick_failed)."""
+        """The yardstick's part of the timing block: {"yardstick": then's stats with its rounds, the
+        solution it timed, whether its sources were now's, and "now": now's stats in the same
+        process and rounds (or "now_failed": why now could not be imported beside then)}; {}
+        without one or where it failed (yardstick_failed)."""
         y = self.yardstick
         if y is None or self.yardstick_failed:
             return {}
-        return {"yardstick": {**y.stats(self.timer_name), "measured_in": "yardstick worker",
-                              "solution": self.job["yardstick"].get("name", "")}}
+        then = {**y.stats(self.timer_name, "then"), "measured_in": "yardstick worker",
+                "solution": self.job["yardstick"].get("name", ""),
+                "same_sources": bool(self.job["yardstick"].get("same_sources"))}
+        if y.by_role.get("now"):
+            then["now"] = y.stats(self.timer_name, "now")
+        elif y.versions.get("now_failed"):
+            then["now_failed"] = y.versions["now_failed"]
+        return {"yardstick": then}
 
 
 def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:

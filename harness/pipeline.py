@@ -136,6 +136,7 @@ class PairRun:
         # the solution as it was, timed in this pair's rounds (harness/pair.py ReferenceRounds),
         # which is itself judged for correctness only (`timed` False)
         self.yardstick: PairRun | None = None
+        self.unchanged_since = ""       # or the name of its solution at the revision, whose sources are its own
         self.timed = True
         self.build_ok = False           # its build step ended with libraries to run (or the manifest had them)
         used = problem_names_used(pair.solution.path, pair.problem.path)
@@ -210,9 +211,14 @@ class PairRun:
                "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
         then = self.yardstick
-        if then is not None and then.build_ok and config["timing"].get("enabled", True):
+        if not config["timing"].get("enabled", True):
+            pass
+        elif then is not None and then.build_ok:
             job["yardstick"] = {"name": then.pair.solution.name, "solution_path": str(then.pair.solution.path),
                                 "libraries": then.extensions}
+        elif self.unchanged_since:
+            job["yardstick"] = {"name": self.unchanged_since, "solution_path": str(self.pair.solution.path),
+                                "libraries": [], "same_sources": True}
         return job
 
 

@@ -39,10 +39,9 @@ from .store import Store
 
 def gate_in_same_rounds(cfg: Config, device: str) -> bool:
     """Whether a gate's revision is timed in its pair's rounds by a yardstick worker
-    (timing.gate_yardstick; auto: on the CPU, and on CUDA not before the GPU red team has run with
-    it), else as a pair of its own, compared by the two speedups (harness/gate.py)."""
-    setting = cfg.timing.gate_yardstick
-    return cfg.timing.enabled and (setting == "on" or setting == "auto" and device != "cuda")
+    (timing.gate_yardstick: auto, the default, is on), else as a pair of its own, compared by the
+    two speedups (harness/gate.py). `device` is the run's: the setting holds on every device."""
+    return cfg.timing.enabled and cfg.timing.gate_yardstick in ("auto", "on")
 
 
 class Schedule:
@@ -173,7 +172,8 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
     """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
     `yardsticks`: (problem id, solution name) of a pair -> that of another pair of the run, the
     same solution at a revision (the CI gate's --baseline-rev): timed in the first's rounds, and
-    itself judged for correctness only (harness/pair.py ReferenceRounds).
+    itself judged for correctness only (harness/pair.py ReferenceRounds); where its sources are
+    the first's, it is not run at all (no result): the first's yardstick times its own code as then.
     The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
     raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
     files = checkout_files(pairs, cfg)
@@ -230,6 +230,18 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
          ) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
+    # The CI gate's solutions unchanged since the revision (the same sources, helpers included) are
+    # not judged twice: the revision's pair leaves the run, and the pair's yardstick worker times
+    # its own solution as both then and now (harness/worker.py run_yardstick).
+    unchanged: dict[tuple[str, str], str] = {}
+    if yardsticks and gate_in_same_rounds(cfg, device):
+        by_pair = {(p.problem.id, p.solution.name): p for p in pairs}
+        for now_key, then_key in yardsticks.items():
+            now_pair, then_pair = by_pair.get(now_key), by_pair.get(then_key)
+            if now_pair and then_pair and now_pair.solution.sources_sha256 == then_pair.solution.sources_sha256:
+                unchanged[now_key] = then_key[1]
+        left_out = {(now_key[0], name) for now_key, name in unchanged.items()}
+        pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in left_out]
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
     store = Store(cfg.results_dir, run_id)
     base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
@@ -282,6 +294,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     for now_key, then_key in (yardsticks or {}).items():
         if now_key in by_key and then_key in by_key and gate_in_same_rounds(cfg, device):
             by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
+        elif now_key in by_key and now_key in unchanged:
+            by_key[now_key].unchanged_since = unchanged[now_key]
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:

@@ -116,6 +116,10 @@ class Worker:
         return self._load_solution(namespace_of(problem))
 
     def _load_solution(self, names: dict):
+        self._install_hook()
+        return self._import_solution(self.solution_path, names)
+
+    def _install_hook(self) -> None:
         # A build step (and compile-only's) compiles nothing: it records each load_inline call for
         # the runner's compile steps (harness/recipes.py). A worker imports the libraries the lane
         # staged for it (copies in its scratch; with the sandbox off, the cache's folders) and builds
@@ -129,12 +133,17 @@ class Worker:
                      wrap=self.recording if self.req["mode"] == "diagnose" else None,
                      prebuilt=self.req.get("prebuilt") or {},
                      record=(lambda recipe: self.events.emit("recipe", recipe=recipe)) if recording else None)
+
+    def _import_solution(self, path: Path, names: dict):
+        """The ModelNew of the solution file `path`, its folder first on sys.path."""
+        recording = self.req["mode"] in ("build", "compile")
+        self.solution_path = path
         self.set_phase("load")
-        sys.path.insert(0, str(self.solution_path.parent))
+        sys.path.insert(0, str(path.parent))
         self.solution_ran = True
         try:
             with torch.no_grad():
-                module = for_solution(load_module, self.solution_path, prefix="kb_solution", names=names)
+                module = for_solution(load_module, path, prefix="kb_solution", names=names)
         except BaseException as exc:
             deferred = next((e for e in exception_chain(exc) if isinstance(e, ExtensionDeferred)), None)
             if recording and deferred is not None:  # its worker imports it once the recipes are built
@@ -143,7 +152,25 @@ class Worker:
             raise
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
-            raise Failure(Status.LOAD_ERROR, f"{self.solution_path}: defines no ModelNew")
+            raise Failure(Status.LOAD_ERROR, f"{path}: defines no ModelNew")
+        return model_new
+
+    def import_version(self, path: Path, names: dict, *, last: bool):
+        """The ModelNew of `path`, one version of a solution of which this process imports several
+        (a yardstick worker), after _install_hook: its import hook's staged libraries are every
+        version's (their build folders are named by their sources). Unless it is the `last`, what
+        it brought from its own family's folders leaves sys.modules and sys.path after its import,
+        so that the next version imports its own helper modules; the classes already made keep
+        theirs."""
+        path_before, modules_before = list(sys.path), set(sys.modules)
+        model_new = self._import_solution(path, names)
+        if not last:
+            tree = path.resolve().parent.parent
+            for name in set(sys.modules) - modules_before:
+                where = getattr(sys.modules[name], "__file__", None) or ""
+                if where and Path(where).resolve().is_relative_to(tree):
+                    del sys.modules[name]
+            sys.path[:] = path_before
         return model_new
 
     def run_build(self) -> None:
@@ -327,36 +354,61 @@ class Worker:
         with torch.no_grad():
             model = construct(problem.Model, list(problem.get_init_inputs()), self.req["seeds"]["init"], self.device,
                               dtype=self.dtype)
-        return self._serve_blocks(problem, model, lambda role: role != "reference")
+        return self._serve_blocks(problem, {"": model}, lambda role: role != "reference")
 
     def run_yardstick(self) -> None:
         """A yardstick worker (mode "yardstick"; run_eval.py check --baseline-rev): the pair's
-        solution as it was at the revision (the request's solution_path, its libraries staged as
-        any solution's), made with the pair's matched seed and timed in the blocks the lane asks
-        for, each call made by timed_calls like the solution's own timed calls, with PyTorch's
-        defaults. The lane times a block of it in every round of the pair, next to the reference's
-        and the solution's, so the gate compares now with then in the same rounds (harness/gate.py).
-        It serves one pair and ends."""
+        solution as it was at the revision ("then": the request's yardstick solution_path, its
+        libraries staged as any solution's) and as it is ("now": the pair's own file and
+        libraries), both imported in this one process (import_version), each made with the pair's
+        matched seed, and timed in the blocks the lane asks for, roles "then" and "now" in turns,
+        each call made by timed_calls like the solution's own timed calls, with PyTorch's defaults.
+        The gate's now/then ratio then compares two models of one process in the same rounds, which
+        no offset between two processes can bias (harness/gate.py). Where the two versions' sources
+        are the same (`same_sources`), one import serves both. Where "now" cannot be imported next
+        to "then" (two versions that claim one registry, say), "then" alone is timed, and the gate
+        compares it with the pair's own worker, within its process term ("now_failed"). It serves
+        one pair and ends."""
         problem = load_module(Path(self.req["problem_path"]))
-        model_new = self.load_solution(problem)
-        self.set_phase("construct", shape=0)
-        with torch.no_grad():
-            model = construct(model_new, list(problem.get_init_inputs()), self.req["seeds"]["init"], self.device,
-                              call=for_solution, dtype=self.dtype)
-        self._serve_blocks(problem, functools.partial(for_solution, model), lambda role: False)
+        yardstick = self.req["yardstick"]
+        then_path, now_path = Path(yardstick["then"]), Path(self.req["solution_path"])
+        same = bool(yardstick.get("same_sources"))
+        names, now_failed = namespace_of(problem), ""
+        self._install_hook()
+        if same:
+            then_new = now_new = self.import_version(now_path, names, last=True)
+        else:
+            then_new, now_new = self.import_version(then_path, names, last=False), None
+            try:
+                now_new = self.import_version(now_path, names, last=True)
+            except Exception as exc:  # noqa: BLE001 - said, and "then" timed without it
+                now_failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        models = {}
+        for role, model_new in (("then", then_new), ("now", now_new)):
+            if model_new is None:
+                continue
+            self.set_phase("construct", shape=0, role=role)
+            with torch.no_grad():
+                model = construct(model_new, list(problem.get_init_inputs()), self.req["seeds"]["init"],
+                                  self.device, call=for_solution, dtype=self.dtype)
+            models[role] = functools.partial(for_solution, model)
+        self.events.emit("versions", roles=sorted(models), same_sources=same, now_failed=now_failed)
+        self._serve_blocks(problem, models, lambda role: False)
         self.events.emit("gpu_time", **self.gpu)
 
-    def _serve_blocks(self, problem, model, strict_of) -> bool:
-        """Call `model` once on the timing inputs, then time the blocks the lane asks for ({"op":
-        "block", "role", "calls"}; a role's first block after its warm-up calls, `strict_of(role)`:
-        with the run's strictest backend settings), until "end" (False) or "problem" (True, the
-        request replaced: a reference worker's next problem)."""
+    def _serve_blocks(self, problem, models: dict[str, Any], strict_of) -> bool:
+        """Call each of `models` once on the timing inputs, then time the blocks the lane asks for
+        ({"op": "block", "role", "calls"}; a role's first block after its warm-up calls, with the
+        run's strictest backend settings where `strict_of(role)`), each role's calls into
+        models[role] (a reference worker's one model, keyed "", serves every role), until "end"
+        (False) or "problem" (True, the request replaced: a reference worker's next problem)."""
         t = self.req["timing"]
         run = self.req.get("precision", "fp32")
         pool = self.fresh_inputs(problem)
         timer = make_timer(self.device, t["flush_l2"])
         with torch.no_grad():
-            model(*pool.live)
+            for model in models.values():
+                model(*pool.live)
             self.sync()
         roles: dict[str, Any] = {}
         self.set_phase("timing")
@@ -377,6 +429,7 @@ class Worker:
             role = op["role"]
             with torch.no_grad(), strict_backends(run, strict_of(role)):
                 if role not in roles:
+                    model = models[role] if role in models else models[""]
                     roles[role] = self.timed_calls(model, pool, timer)[0]
                     self.gpu["warmup_s"] += sum(roles[role]() for _ in range(max(1, t["warmup"]))) / 1e3
                 block = [roles[role]() for _ in range(int(op["calls"]))]

@@ -108,6 +108,7 @@ def trial(repo: Path, args, results: Path, index: int, log: Path | None = None) 
     return {"rc": proc.returncode, "ratio": ratio, "interval": interval, "wall_s": round(wall, 1), "phases": phases,
             "solution_ms": solution_ms,
             "slower_called": re.search(r"all of it more than [0-9]+% lower", text) is not None,
+            "one_process": "in one process" in text,
             "tail": output[-1500:] if proc.returncode not in (0, 1) else ""}
 
 
@@ -156,7 +157,8 @@ def main() -> None:
             rows.append(row)
             interval = f"[{row['interval'][0]:.3f}, {row['interval'][1]:.3f}]" if row["interval"] else "-"
             ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
-            print(f"{label:<9} run {i + 1:>2}: exit {row['rc']}  now/then x{ratio} {interval}  {row['wall_s']} s",
+            where = " (one process)" if row["one_process"] else ""
+            print(f"{label:<9} run {i + 1:>2}: exit {row['rc']}  now/then x{ratio} {interval}{where}  {row['wall_s']} s",
                   flush=True)
             for side, spent in sorted(row["phases"].items()):
                 print(f"    {side}: " + ", ".join(f"{k} {v}" for k, v in spent.items()), flush=True)

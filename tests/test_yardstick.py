@@ -1,0 +1,62 @@
+"""The CI gate's yardstick worker holds two versions of one solution in one process
+(harness/worker.py run_yardstick, import_version): each must run its own code, helper modules
+included, although both import a helper of the same name."""
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+from harness.worker import Worker
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def emit(self, event, **fields):
+        self.seen.append((event, fields))
+
+
+SOLUTION = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+    from kb_test_helper import FACTOR  # noqa: E402
+
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return x * FACTOR
+''')
+
+
+def version(root: Path, factor: float) -> Path:
+    family = root / "family"
+    (family / "_shared").mkdir(parents=True)
+    (family / "_shared" / "kb_test_helper.py").write_text(f"FACTOR = {factor!r}\n")
+    (family / "p").mkdir()
+    (family / "p" / "sol.py").write_text(SOLUTION)
+    return family / "p" / "sol.py"
+
+
+def test_two_versions_in_one_process_each_import_their_own_helpers(tmp_path):
+    then_path, now_path = version(tmp_path / "then", 2.0), version(tmp_path / "now", 3.0)
+    worker = Worker({"mode": "yardstick", "solution_path": str(now_path), "device": "cpu"}, Events())
+    path_before = list(sys.path)
+    try:
+        then_new = worker.import_version(then_path, {}, last=False)
+        assert "kb_test_helper" not in sys.modules           # then's helper left with it
+        assert str(then_path.parent) not in sys.path          # and its folders
+        now_new = worker.import_version(now_path, {}, last=True)
+        x = torch.ones(3)
+        assert then_new()(x).tolist() == [2.0] * 3             # then's class keeps then's helper
+        assert now_new()(x).tolist() == [3.0] * 3             # now imports its own
+        assert sys.modules["kb_test_helper"].FACTOR == 3.0     # the last version stays, as in its own worker
+        assert worker.solution_path == now_path
+    finally:
+        sys.modules.pop("kb_test_helper", None)
+        sys.path[:] = path_before
