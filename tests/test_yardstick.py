@@ -60,3 +60,12 @@ def test_two_versions_in_one_process_each_import_their_own_helpers(tmp_path):
     finally:
         sys.modules.pop("kb_test_helper", None)
         sys.path[:] = path_before
+
+
+def test_a_yardstick_block_of_short_calls_lasts_long_enough_to_have_a_steady_median():
+    from harness.pair import yardstick_calls
+    assert yardstick_calls(10, [], 20.0, 1000) == 10                       # round 0: the solution's round
+    assert yardstick_calls(10, [[0.14] * 10], 20.0, 1000) == 143           # 902 / fast: 20 ms of 0.14 ms calls
+    assert yardstick_calls(10, [[1.3] * 10], 20.0, 1000) == 16             # 69 / fast
+    assert yardstick_calls(10, [[5.0] * 10], 20.0, 1000) == 10             # never fewer than the round's
+    assert yardstick_calls(10, [[0.001] * 10], 20.0, 1000) == 1000         # at most `most`

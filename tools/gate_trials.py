@@ -25,31 +25,25 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOWER = """
 
 # tools/gate_trials.py: the same solution, made slower by {delay_ms:.5f} ms a call (a share of its
-# own time in the unchanged runs): on CUDA a kernel that waits that long after its work, on the CPU
-# a busy wait
+# own time in the unchanged runs): on CUDA a kernel that waits {cycles} cycles after its work (the
+# count measured once by the trials' driver on an idle GPU, so that every process waits alike), on
+# the CPU a busy wait
 import time as _gate_time
 
 import torch as _gate_torch
 
 _Unchanged = ModelNew
 _GATE_DELAY_MS = {delay_ms!r}
-_gate_cycles_per_ms = []
+_GATE_DELAY_CYCLES = {cycles!r}
 
 
 def _gate_delay(device):
-    if device.type != "cuda":
-        end = _gate_time.perf_counter() + _GATE_DELAY_MS / 1e3
-        while _gate_time.perf_counter() < end:
-            pass
+    if device.type == "cuda":
+        _gate_torch.cuda._sleep(_GATE_DELAY_CYCLES)
         return
-    if not _gate_cycles_per_ms:  # the GPU's cycles per millisecond, once (the first call)
-        start, stop = _gate_torch.cuda.Event(enable_timing=True), _gate_torch.cuda.Event(enable_timing=True)
-        start.record()
-        _gate_torch.cuda._sleep(1_000_000)
-        stop.record()
-        stop.synchronize()
-        _gate_cycles_per_ms.append(1_000_000 / start.elapsed_time(stop))
-    _gate_torch.cuda._sleep(max(1, int(_GATE_DELAY_MS * _gate_cycles_per_ms[0])))
+    end = _gate_time.perf_counter() + _GATE_DELAY_MS / 1e3
+    while _gate_time.perf_counter() < end:
+        pass
 
 
 class ModelNew(_Unchanged):
@@ -58,6 +52,35 @@ class ModelNew(_Unchanged):
         _gate_delay(out.device)
         return out
 """
+
+
+CYCLES = """
+import torch
+if not torch.cuda.is_available():
+    print(0.0)
+else:
+    torch.cuda._sleep(1000)
+    best = float("inf")
+    for _ in range(5):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(1_000_000)
+        stop.record()
+        stop.synchronize()
+        best = min(best, start.elapsed_time(stop))
+    print(1_000_000 / best)
+"""
+
+
+def cycles_per_ms() -> float:
+    """The GPU's clock cycles per millisecond of torch.cuda._sleep, the fastest of five waits (a
+    wait timed while another process's work shares the GPU lasts longer), in a process of its own
+    (this one holds no CUDA context through the runs); 0 without CUDA. Measured here, before any
+    gate run, and written into the slower version: measured by each worker at its first call
+    instead, a worker that set itself up while another's trials ran waited a quarter as long (a
+    yardstick's now 2% slower where the pair's own worker was 10%: the H200, 69 / fast)."""
+    proc = subprocess.run([sys.executable, "-c", CYCLES], capture_output=True, text=True, check=True)
+    return float(proc.stdout.split()[-1])
 
 
 def scratch_repo(where: Path) -> Path:
@@ -148,8 +171,9 @@ def main() -> None:
                     sys.exit("gate_trials: no unchanged run timed the solution; nothing to make slower")
                 median = times[len(times) // 2]
                 delay_ms, why = args.slower_by * median, f" ({args.slower_by:.0%} of the unchanged median {median:.4f} ms)"
+            cycles = max(1, int(delay_ms * cycles_per_ms()))
             print(f"slower: +{delay_ms:.5f} ms a call{why}", flush=True)
-            target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms))
+            target.write_text(target.read_text() + SLOWER.format(delay_ms=delay_ms, cycles=cycles))
         rows = []
         for i in range(args.runs):
             log = Path(args.logs) / f"{label}-{i + 1}.log" if args.logs else None
