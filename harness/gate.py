@@ -98,7 +98,7 @@ def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float
     t = new.timing
     ratio = t["yardstick"]["median_ms"] / (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
     low, high = ratio_interval(then_rounds, now_rounds, confidence, seed=0)
-    term = 1.0 if one else 1 + (new.timing or {}).get("process_term", 0.0)
+    term = 1.0 if one else 1 + t.get("process_term", 0.0)
     return ratio, (min(low / term, ratio), max(high * term, ratio)), one
 
 

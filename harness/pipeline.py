@@ -210,13 +210,11 @@ class PairRun:
                "seeds": self.seeds, "config": config, "env": ctx.env, "build": self.build,
                "build_s": self.build_s, "started_at": self.started, "device": ctx.device, "arch": ctx.arch,
                "cache_dir": str(ctx.cache_dir), "worker_env": ctx.worker_env(), "libraries": self.extensions}
-        then = self.yardstick
-        if not config["timing"].get("enabled", True):
-            pass
-        elif then is not None and then.build_ok:
+        then, timed = self.yardstick, config["timing"].get("enabled", True)
+        if timed and then is not None and then.build_ok:
             job["yardstick"] = {"name": then.pair.solution.name, "solution_path": str(then.pair.solution.path),
                                 "libraries": then.extensions}
-        elif self.unchanged_since:
+        elif timed and self.unchanged_since:
             job["yardstick"] = {"name": self.unchanged_since, "solution_path": str(self.pair.solution.path),
                                 "libraries": [], "same_sources": True}
         return job

@@ -234,15 +234,14 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     # The CI gate's solutions unchanged since the revision (the same sources, helpers included) are
     # not judged twice: the revision's pair leaves the run, and the pair's yardstick worker times
     # its own solution as both then and now (harness/worker.py run_yardstick).
-    unchanged: dict[tuple[str, str], str] = {}
+    unchanged: dict[tuple[str, str], tuple[str, str]] = {}   # now's key -> then's, left out of the run
     if yardsticks and gate_in_same_rounds(cfg, device):
         by_pair = {(p.problem.id, p.solution.name): p for p in pairs}
         for now_key, then_key in yardsticks.items():
             now_pair, then_pair = by_pair.get(now_key), by_pair.get(then_key)
             if now_pair and then_pair and now_pair.solution.sources_sha256 == then_pair.solution.sources_sha256:
-                unchanged[now_key] = then_key[1]
-        left_out = {(now_key[0], name) for now_key, name in unchanged.items()}
-        pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in left_out]
+                unchanged[now_key] = then_key
+        pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in set(unchanged.values())]
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
     store = Store(cfg.results_dir, run_id)
     base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
@@ -296,7 +295,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         if now_key in by_key and then_key in by_key and gate_in_same_rounds(cfg, device):
             by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
         elif now_key in by_key and now_key in unchanged:
-            by_key[now_key].unchanged_since = unchanged[now_key]
+            by_key[now_key].unchanged_since = unchanged[now_key][1]
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:

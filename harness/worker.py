@@ -115,6 +115,11 @@ class Worker:
             problem = load_module(Path(self.req["problem_path"]))
         return self._load_solution(namespace_of(problem))
 
+    @property
+    def records(self) -> bool:
+        """A build step or compile-only's: load_inline calls are recorded, not built."""
+        return self.req["mode"] in ("build", "compile")
+
     def _load_solution(self, names: dict):
         self._install_hook()
         return self._import_solution(self.solution_path, names)
@@ -125,18 +130,16 @@ class Worker:
         # staged for it (copies in its scratch; with the sandbox off, the cache's folders) and builds
         # anything else in a folder of its own, never shared: its scratch, or with the sandbox off
         # the cache's `unshared` folder.
-        recording = self.req["mode"] in ("build", "compile")
         cache_root = Path(self.sandbox["scratch"]) / "builds" if self.sandbox["mode"] != "off" \
             else Path(self.req["cache_dir"]) / "unshared"
         install_hook(cache_root, self.req["arch"], self.device == "cuda", self.on_build,
                      compile_only=self.req["mode"] == "compile", display=_display,
                      wrap=self.recording if self.req["mode"] == "diagnose" else None,
                      prebuilt=self.req.get("prebuilt") or {},
-                     record=(lambda recipe: self.events.emit("recipe", recipe=recipe)) if recording else None)
+                     record=(lambda recipe: self.events.emit("recipe", recipe=recipe)) if self.records else None)
 
     def _import_solution(self, path: Path, names: dict):
         """The ModelNew of the solution file `path`, its folder first on sys.path."""
-        recording = self.req["mode"] in ("build", "compile")
         self.solution_path = path
         self.set_phase("load")
         sys.path.insert(0, str(path.parent))
@@ -146,7 +149,7 @@ class Worker:
                 module = for_solution(load_module, path, prefix="kb_solution", names=names)
         except BaseException as exc:
             deferred = next((e for e in exception_chain(exc) if isinstance(e, ExtensionDeferred)), None)
-            if recording and deferred is not None:  # its worker imports it once the recipes are built
+            if self.records and deferred is not None:  # its worker imports it once the recipes are built
                 self.events.emit("deferred", message=str(deferred))
                 return None
             raise
