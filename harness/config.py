@@ -93,8 +93,7 @@ class TimingConfig:
     process_term: float = 0.005
     # check --baseline-rev: the solution as it was at the revision and as it is timed in the pair's
     # own rounds by one yardstick worker (harness/pair.py ReferenceRounds); off: the revision as a
-    # pair of its own, compared by the two speedups. auto = on the CPU; on CUDA not yet, until the
-    # whole GPU smoke test (its red team included) has run with it at a commit that lands
+    # pair of its own, compared by the two speedups. auto = on, on every device
     gate_yardstick: str = "auto"
 
 

@@ -39,10 +39,9 @@ from .store import Store
 
 def gate_in_same_rounds(cfg: Config, device: str) -> bool:
     """Whether a gate's revision is timed in its pair's rounds by a yardstick worker
-    (timing.gate_yardstick; auto: on the CPU, and on CUDA not before the whole GPU smoke test has
-    run with it), else as a pair of its own, compared by the two speedups (harness/gate.py)."""
-    setting = cfg.timing.gate_yardstick
-    return cfg.timing.enabled and (setting == "on" or setting == "auto" and device != "cuda")
+    (timing.gate_yardstick: auto and on alike, on every device), else as a pair of its own,
+    compared by the two speedups (harness/gate.py)."""
+    return cfg.timing.enabled and cfg.timing.gate_yardstick != "off"
 
 
 class Schedule:

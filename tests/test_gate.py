@@ -284,8 +284,8 @@ def test_now_and_then_in_one_process_cancel_the_offset_between_processes():
 
 @pytest.mark.gpu
 def test_the_gate_on_cuda_times_both_versions_in_one_sandboxed_process(tmp_path):
-    """The GPU half of the gate's test above (the smoke test runs it): on CUDA (timing.gate_yardstick
-    on: auto is off there until the whole smoke test has run with it), with the default sandbox,
+    """The GPU half of the gate's test above (the smoke test runs it): on CUDA, with the default
+    config (timing.gate_yardstick auto, the sandbox auto),
     the yardstick worker imports the solution as it was and as it is into one process and
     times both in the pair's rounds; unchanged code is judged once and passes, a version that
     launches its kernel 30 times is called slower."""
@@ -300,7 +300,7 @@ def test_the_gate_on_cuda_times_both_versions_in_one_sandboxed_process(tmp_path)
     subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "gen"],
                    check=True)
     args = ("--problem", "elementwise_add", "--solution", str(folder / "gen.py"), "--device", "cuda", "--timing",
-            "--set", "timing.rounds=10", "--set", "timing.gate_yardstick=on", "--baseline-rev", "HEAD")
+            "--set", "timing.rounds=10", "--baseline-rev", "HEAD")
     rc, out = check(*args, "--results-dir", str(tmp_path / "r1"))
     assert rc == 0 and "1 of 1 solution(s) unchanged since HEAD" in out and "0 regression(s)" in out, out
     assert "in the same 10 rounds, in one process" in out and "no change called" in out, out

@@ -133,11 +133,11 @@ def test_bad_input_found_at_the_start_records_nothing(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_the_gates_yardstick_is_on_by_default_on_the_cpu_only_until_the_gpu_smoke_test_ran_with_it():
+def test_the_gates_yardstick_is_on_by_default_on_every_device_and_off_turns_it_off():
     from harness.config import load_config, with_overrides
     from harness.runner import gate_in_same_rounds
     cfg = load_config(None)
-    assert gate_in_same_rounds(cfg, "cpu") and not gate_in_same_rounds(cfg, "cuda")
+    assert gate_in_same_rounds(cfg, "cpu") and gate_in_same_rounds(cfg, "cuda")
     assert gate_in_same_rounds(with_overrides(cfg, {"timing.gate_yardstick": "on"}), "cuda")
     off = with_overrides(cfg, {"timing.gate_yardstick": "off"})
     assert not gate_in_same_rounds(off, "cuda") and not gate_in_same_rounds(off, "cpu")
