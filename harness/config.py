@@ -95,6 +95,11 @@ class TimingConfig:
     # own rounds by one yardstick worker (harness/pair.py ReferenceRounds); off: the revision as a
     # pair of its own, compared by the two speedups. auto = on, on every device
     gate_yardstick: str = "auto"
+    # the timed inputs moved to newly allocated memory before each block of the rounds, in every
+    # worker alike (harness/timing.py LiveInputs): a process's memory can be slower or faster
+    # than another's for the whole run, an offset no round sees. auto = on the CPU; on CUDA not
+    # yet, until an A/A on the GPU has measured it; on | off
+    move_inputs: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -252,6 +257,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.process_term must be in [0, 0.5), got {t.process_term}")
     if t.pin_cpu not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.pin_cpu must be auto, on or off, got {t.pin_cpu!r}")
+    if t.move_inputs not in ("auto", "on", "off"):
+        raise BadInput(where, f"timing.move_inputs must be auto, on or off, got {t.move_inputs!r}")
     if t.gate_yardstick not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
     if t.rounds < 1 or not 0.5 <= t.confidence < 1:

@@ -165,7 +165,37 @@ def sample(fn: Callable[[], object], timer: Callable[[Callable[[], object]], flo
             return samples
 
 
-class InputPool:
+def moves_inputs(setting: str, device: str) -> bool:
+    """Whether the timed inputs move to new memory before each block (timing.move_inputs: auto =
+    on the CPU; on CUDA not before an A/A on the GPU has measured it)."""
+    return setting == "on" or setting == "auto" and device != "cuda"
+
+
+class LiveInputs:
+    """What the timed calls get (`live`), and moving it. The memory a process was given can be
+    faster or slower than another's for the whole run (on a 2-core VM, elementwise_add's inputs:
+    one worker process 5-15% slower than another, the same code on the same CPU, round after
+    round; moved to fresh memory before each round, the same pairs of processes agree within
+    2%: docs/harness-perf.md "A/A on the CPU: the memory a process holds"). `move()` samples a
+    new placement for each block, so the rounds' bootstrap sees what a process's memory does
+    instead of one draw of it biasing every round. The memory left stays held (up to HOLD_BYTES,
+    oldest let go first): freed, it comes back at the next allocation, the same pages again."""
+
+    HOLD_BYTES = 1 << 30
+    live: list
+
+    def move(self) -> None:
+        """`live` into newly allocated memory, its values and strides kept."""
+        import torch
+        held = self.__dict__.setdefault("held", [])
+        held.append(self.live)
+        self.live = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.live]
+        size = lambda inputs: sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        while len(held) > 1 and sum(size(h) for h in held) > self.HOLD_BYTES:
+            held.pop(0)
+
+
+class InputPool(LiveInputs):
     """Inputs refreshed IN PLACE before every call (untimed) from a pool of fresh input sets, so a
     cache keyed on pointer or shape returns stale results. `live` is what the calls get."""
 
@@ -185,7 +215,7 @@ class InputPool:
         return self.seeds[self.index] if self.seeds else self.index
 
 
-class FreshInputs:
+class FreshInputs(LiveInputs):
     """Inputs drawn anew before every timed call, from a seed of the call's own (`call_seed`), and
     copied IN PLACE into `live` (what the calls get), so that no two timed calls see the same
     input: an output cached by content, pointer or shape is wrong for the next call (a pool of

@@ -42,7 +42,7 @@ from .problems import _display, construct, exception_location, load_module, make
 from .results import Status
 # Bound before any solution is imported: a solution that patches harness.timing, harness.guards
 # or torch.cuda.synchronize afterwards does not change what the worker calls.
-from .timing import FreshInputs, InputPool, make_timer, per_round, planned_samples, rule_of, stats_of
+from .timing import FreshInputs, InputPool, make_timer, moves_inputs, per_round, planned_samples, rule_of, stats_of
 
 _SYNC = getattr(torch._C, "_cuda_synchronize", None)
 
@@ -321,9 +321,12 @@ class Worker:
         timed, checked_call = self.timed_calls(model, pool, timer)
         warmup_ms = [timed() for _ in range(t["warmup"])] or [timed()]
         rounds, each = per_round(planned_samples(rule_of(t), median(warmup_ms)), t.get("rounds", 1))
+        moving = moves_inputs(t.get("move_inputs", "off"), self.device)
         blocks: list[list[float]] = []
         for r in range(rounds):
             self.events.exchange("round", n=r, of=rounds, calls=each)
+            if moving:
+                pool.move()
             blocks.append([timed() for _ in range(each)])
         samples = [x for block in blocks for x in block]
         self.gpu["timed_s"] += sum(samples) / 1e3
@@ -408,6 +411,7 @@ class Worker:
         t = self.req["timing"]
         run = self.req.get("precision", "fp32")
         pool = self.fresh_inputs(problem)
+        moving = moves_inputs(t.get("move_inputs", "off"), self.device)
         timer = make_timer(self.device, t["flush_l2"])
         with torch.no_grad():
             for model in models.values():
@@ -430,6 +434,8 @@ class Worker:
             if op.get("op") != "block":
                 continue
             role = op["role"]
+            if moving:
+                pool.move()
             with torch.no_grad(), strict_backends(run, strict_of(role)):
                 if role not in roles:
                     model = models[role] if role in models else models[""]

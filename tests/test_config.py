@@ -88,7 +88,8 @@ def test_numerics_and_checks_keys_validated(tmp_path, text, message):
 
 
 @pytest.mark.parametrize("key, word, expected", [("sandbox", "off", "off"), ("checks.secret_timed_checks", "off", "off"),
-                                                 ("checks.secret_timed_checks", "on", "on")])
+                                                 ("checks.secret_timed_checks", "on", "on"),
+                                                 ("timing.move_inputs", "off", "off")])
 def test_a_bare_on_or_off_is_the_word_yaml_read_as_a_boolean(key, word, expected):
     """YAML 1.1 reads `off` as false: `--set checks.secret_timed_checks=off` failed on the H200
     ('must be str, got bool False') as `--set sandbox=off` once did."""
@@ -97,3 +98,10 @@ def test_a_bare_on_or_off_is_the_word_yaml_read_as_a_boolean(key, word, expected
     assert getattr(getattr(cfg, section) if section else cfg, name) == expected
     with pytest.raises(BadInput, match="auto, on or off"):
         with_overrides(cfg, dict([parse_override("checks.secret_timed_checks=yes_please")]))
+
+
+def test_timing_move_inputs_takes_auto_on_or_off():
+    cfg = load_config(None)
+    assert cfg.timing.move_inputs == "auto"
+    with pytest.raises(BadInput, match="timing.move_inputs must be auto, on or off"):
+        with_overrides(cfg, {"timing.move_inputs": "sometimes"})

@@ -19,7 +19,11 @@ P902 = REPO_ROOT / "problems" / "conv_transpose2d" / "902_conv_transpose2d_odd_u
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     results_dir = tmp_path_factory.mktemp("results")
-    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(results_dir)})
+    # two timed calls a round: the timed inputs move to new memory before each round's block on the
+    # CPU (timing.move_inputs), so with fast.yaml's one call a round no pointer would repeat and a
+    # pointer cache would compute every timed call afresh (no cheat left to catch)
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(results_dir), "timing.min_samples": 20, "timing.max_samples": 20})
     add, conv = problem_from_path(ADD_PROBLEM), problem_from_path(P902)
     pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ADD]
     pairs += [Pair(conv, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in CONV]

@@ -67,3 +67,31 @@ def test_the_ratio_interval_covers_the_truth_and_narrows_with_steady_rounds():
     lo, hi = speedup_change_interval((rounds(2.0, 0.02), rounds(1.1, 0.02)), (rounds(2.0, 0.02), rounds(1.0, 0.02)),
                                      0.95)
     assert 0.87 < lo < hi < 0.95  # 10% slower: the whole interval below 0.95
+
+
+def test_moving_the_inputs_gives_new_memory_each_block_keeps_values_and_holds_what_it_left():
+    """timing.move_inputs: before each block the timed inputs move to newly allocated memory (the
+    memory a process holds can be slow or fast for the whole run; moved, each round draws its
+    own), their values and strides kept; the memory left stays held, so the next allocation
+    cannot hand the same pages back, up to HOLD_BYTES (the oldest let go first)."""
+    import torch
+    from harness.timing import InputPool, moves_inputs
+    sets = [[torch.randn(4, 256), torch.randn(256, 4).t(), 3], [torch.randn(4, 256), torch.randn(256, 4).t(), 3]]
+    pool = InputPool(sets, [11, 12])
+    seen = {pool.live[0].data_ptr()}
+    for block in range(5):
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in pool.live]
+        pool.move()
+        assert pool.live[0].data_ptr() not in seen and pool.live[1].data_ptr() not in seen
+        seen |= {pool.live[0].data_ptr(), pool.live[1].data_ptr()}
+        assert torch.equal(pool.live[0], before[0]) and torch.equal(pool.live[1], before[1]) and pool.live[2] == 3
+        assert pool.live[1].stride() == sets[0][1].stride()
+        assert pool.refresh() == 12 - block % 2 * 1 and torch.equal(pool.live[0], sets[1 - block % 2][0])
+    assert len(pool.held) == 5
+    small = InputPool(sets)
+    small.HOLD_BYTES = 3 * 2 * 4 * 256 * 4   # three moves' worth of two 4 KiB tensors
+    for _ in range(6):
+        small.move()
+    assert len(small.held) == 3
+    assert moves_inputs("auto", "cpu") and not moves_inputs("auto", "cuda")
+    assert moves_inputs("on", "cuda") and not moves_inputs("off", "cpu")
