@@ -269,15 +269,17 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                      torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
     lock = threading.Lock()
+    off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
     manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device,
-                                        present=fleet.built) for run in runs}
-    to_build = [run for run in runs if manifests[id(run)] is None]
+                                        present=fleet.built) for run in runs if id(run) not in off_device}
+    to_build = [run for run in runs if id(run) not in off_device and manifests[id(run)] is None]
     if pending:
         workers = max(1, min(jobs, len(to_build) or 1))
         gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
         precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
+        other = f", {len(off_device)} written for another device (DEVICES)" if off_device else ""
         out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
-            f"{workers} worker(s), {len(pending) - len(to_build)} already built")
+            f"{workers} worker(s), {len(pending) - len(to_build) - len(off_device)} already built{other}")
     progress = Progress(out, len(pending), len(to_build), width=width)
 
     def record(result: EvalResult) -> None:
@@ -298,6 +300,11 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:
+        if id(run) in off_device:  # the file declares other DEVICES: skipped, nothing of it run
+            record(assemble(run.job(), Status.SKIPPED, off_device[id(run)], phase="build", phases={}, gpu_s=0.0,
+                            own_s=0.0))
+            schedule.put(run, ok=False)
+            continue
         manifest = manifests[id(run)]
         if manifest is not None:
             run.extensions = manifest.get("extensions", [])

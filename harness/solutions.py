@@ -2,11 +2,15 @@
 its text (hash, AST check for ModelNew). Only harness/worker.py executes solution code.
 
 Layout: solutions/<family>/<problem id>/<name>.py, each defining ModelNew. A solution written for
-some run precisions only says so with a module-level literal, read here without running the file:
+some run precisions or devices only says so with a module-level literal, read here without
+running the file:
 
     PRECISIONS = ("bf16",)    # paired only in runs with --precision bf16
+    DEVICES = ("cuda",)       # skipped, unrun, in runs on another device ("needs a CUDA device")
 
-A solution without one is paired in every precision (KernelBench's solutions declare none).
+A solution without them is paired in every precision and run on every device (KernelBench's
+solutions declare neither). DEVICES is for a solution that could run elsewhere but is not meant
+to: a CUDA run's algebra in plain PyTorch ops, whose problem is too large for a CPU gate, say.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class Solution:
     sha256: str
     sources_sha256: str = ""   # the file plus the helpers it may load (see helper_files)
     precisions: tuple[str, ...] = ()  # the run precisions it is written for (PRECISIONS); () = any
+    devices: tuple[str, ...] = ()     # the devices it is written for (DEVICES: cpu, cuda); () = any
     kind: str = ""             # "reference": the problem's own Model as its solution (--solution reference, A/A)
 
     def to_dict(self) -> dict:
@@ -38,6 +43,8 @@ class Solution:
              "sources_sha256": self.sources_sha256}
         if self.precisions:
             d["precisions"] = list(self.precisions)
+        if self.devices:
+            d["devices"] = list(self.devices)
         if self.kind:
             d["kind"] = self.kind
         return d
@@ -45,27 +52,48 @@ class Solution:
     def supports(self, precision: str) -> bool:
         return not self.precisions or precision in self.precisions
 
+    def off_device(self, device: str) -> str:
+        """Why this run's device is not one the file declares (DEVICES), else ""."""
+        if not self.devices or device in self.devices:
+            return ""
+        declared = "DEVICES = (" + ", ".join(repr(d) for d in self.devices) + ",)"
+        need = "needs a CUDA device: " if "cuda" in self.devices else ""
+        return f"{need}the file declares {declared}, and this run is on the {device}: not run"
 
-def declared_precisions(path: Path) -> tuple[str, ...]:
-    """The file's module-level `PRECISIONS = (...)` literal; () when it has none (or does not parse:
-    the worker reports that). A value that is not a literal tuple or list of known precisions is
-    bad input naming the file and line."""
+
+SOLUTION_DEVICES = ("cpu", "cuda")
+
+
+def _declared(path: Path, name: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The file's module-level `NAME = (...)` literal; () when it has none (or does not parse: the
+    worker reports that). A value that is not a literal tuple or list of `allowed` is bad input
+    naming the file and line."""
     try:
         tree = ast.parse(Path(path).read_text(), filename=str(path))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return ()
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PRECISIONS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
             except ValueError:
                 value = None
-            if not isinstance(value, (tuple, list)) or not value or not all(v in PRECISIONS for v in value):
+            if not isinstance(value, (tuple, list)) or not value or not all(v in allowed for v in value):
                 raise BadInput(f"{_display(Path(path))}:{node.lineno}",
-                               f"PRECISIONS must be a literal tuple of {', '.join(PRECISIONS)}, got "
+                               f"{name} must be a literal tuple of {', '.join(allowed)}, got "
                                f"{ast.get_source_segment(Path(path).read_text(), node.value)}")
             return tuple(value)
     return ()
+
+
+def declared_precisions(path: Path) -> tuple[str, ...]:
+    """The file's `PRECISIONS = (...)` (the run precisions it is written for)."""
+    return _declared(path, "PRECISIONS", PRECISIONS)
+
+
+def declared_devices(path: Path) -> tuple[str, ...]:
+    """The file's `DEVICES = (...)` (the devices it is written for)."""
+    return _declared(path, "DEVICES", SOLUTION_DEVICES)
 
 
 def helper_files(path: Path) -> list[Path]:
@@ -105,7 +133,7 @@ class Pair:
 def solution_from_path(path: Path, kind: str = "") -> Solution:
     path = Path(path).resolve()
     return Solution(name=path.stem, path=path, sha256=file_sha256(path), sources_sha256=sources_sha256(path),
-                    precisions=declared_precisions(path), kind=kind)
+                    precisions=declared_precisions(path), devices=declared_devices(path), kind=kind)
 
 
 REFERENCE = "reference"   # --solution reference: each problem's own Model as its solution

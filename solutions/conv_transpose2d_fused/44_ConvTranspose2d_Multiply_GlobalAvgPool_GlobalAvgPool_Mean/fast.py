@@ -1,0 +1,26 @@
+"""44: ConvTranspose2d, x multiplier, two global average pools: the output is the channels'
+means times the multiplier, and the mean of a transposed convolution over all its positions is
+exact algebra on sums of x and of the weight (../_shared/ct2d_means.py): two reductions of x
+and a contraction of 16 x 576 x 128, no convolution. fp32 class (fp32 sums of fp32 data)."""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from ct2d_means import channel_means  # noqa: E402
+
+PRECISIONS = ("fp32",)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, multiplier):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
+                                                 padding=padding, output_padding=output_padding)
+        self.multiplier = multiplier
+
+    def forward(self, x):
+        means = channel_means(x, self.conv_transpose)          # [n, co]
+        return (means * self.multiplier)[:, :, None, None]     # the second mean is of one value

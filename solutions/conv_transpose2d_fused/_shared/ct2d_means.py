@@ -1,0 +1,80 @@
+"""Exact algebra for a ConvTranspose2d whose output is only ever averaged over all positions
+(KernelBench level 2: 42, 44). No convolution is computed.
+
+The transposed convolution adds x[n, ci, ih, iw] * w[ci, co, kh, kw] into the output position
+(ih*s - p + kh*d, iw*s - p + kw*d) where that lies inside the output (the rest is cropped by
+the padding and never written past output_padding). So the sum of output channel co over all
+positions is
+
+    Ho*Wo*b[co] + sum_{ci, kh, kw} w[ci, co, kh, kw] * S[n, ci, kh, kw],
+
+where S[n, ci, kh, kw] is the sum of x[n, ci] over the rows ih whose tap kh lands inside
+(ih*s - p + kh*d in [0, Ho)) and the columns iw whose tap kw does. Those rows are one interval
+per kh, all of them but a few at each border; so S is the total minus the border rows' and
+columns' sums plus their corners (inclusion-exclusion), from two reductions of x (its row sums
+and its column sums) and a gather of the few corner elements. groups = 1."""
+from __future__ import annotations
+
+import torch
+
+
+def output_size(size: int, k: int, s: int, p: int, op: int, d: int) -> int:
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def _excluded(size: int, k: int, s: int, p: int, op: int, d: int) -> list[set[int]]:
+    """Per tap: the input indices whose output position for that tap falls outside the output."""
+    out = output_size(size, k, s, p, op, d)
+    return [{i for i in range(size) if not 0 <= i * s - p + t * d < out} for t in range(k)]
+
+
+_MASKS: dict[tuple, tuple] = {}
+
+
+def _borders(size: int, k: int, s: int, p: int, op: int, d: int, like: torch.Tensor):
+    """(border indices as a tensor, [taps, len(border)] mask: 1 where that index is excluded for that tap),
+    made once per geometry, dtype and device (no host-to-device copy in a later call)."""
+    key = (size, k, s, p, op, d, like.dtype, like.device)
+    if key not in _MASKS:
+        excluded = _excluded(size, k, s, p, op, d)
+        border = sorted(set().union(*excluded))
+        mask = torch.tensor([[1.0 if i in ex else 0.0 for i in border] for ex in excluded], dtype=like.dtype,
+                            device=like.device)
+        _MASKS[key] = (torch.tensor(border, dtype=torch.long, device=like.device), mask)
+    return _MASKS[key]
+
+
+def window_sums(x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                output_padding: tuple[int, int], dilation: tuple[int, int]) -> torch.Tensor:
+    """S[n, ci, kh, kw] (above), in x's dtype."""
+    n, c, h, w = x.shape
+    border_h, mh = _borders(h, kernel[0], stride[0], padding[0], output_padding[0], dilation[0], x)   # mh: [kh, |Bh|]
+    border_w, mw = _borders(w, kernel[1], stride[1], padding[1], output_padding[1], dilation[1], x)   # mw: [kw, |Bw|]
+    rows = x.sum(dim=3)                           # [n, c, h]
+    cols = x.sum(dim=2)                           # [n, c, w]
+    total = rows.sum(dim=2)                       # [n, c]
+    s = total[:, :, None, None].expand(n, c, kernel[0], kernel[1]).clone()
+    if len(border_h):
+        s -= (rows[:, :, None, border_h] * mh).sum(dim=3)[:, :, :, None]
+    if len(border_w):
+        s -= (cols[:, :, None, border_w] * mw).sum(dim=3)[:, :, None, :]
+    if len(border_h) and len(border_w):
+        corner = x[:, :, border_h][:, :, :, border_w]                         # [n, c, |Bh|, |Bw|]
+        by_h = (corner[:, :, None] * mh[:, :, None]).sum(dim=3)              # [n, c, kh, |Bw|]
+        s += (by_h[:, :, :, None] * mw).sum(dim=4)                            # [n, c, kh, kw]
+    return s
+
+
+def channel_means(x: torch.Tensor, conv: torch.nn.ConvTranspose2d) -> torch.Tensor:
+    """mean over (H, W) of conv(x): [n, co], exact algebra (no convolution)."""
+    assert conv.groups == 1 and conv.padding_mode == "zeros"
+    kernel, stride, padding = conv.kernel_size, conv.stride, conv.padding
+    output_padding, dilation = conv.output_padding, conv.dilation
+    s = window_sums(x, kernel, stride, padding, output_padding, dilation)     # [n, ci, kh, kw]
+    ho = output_size(x.shape[2], kernel[0], stride[0], padding[0], output_padding[0], dilation[0])
+    wo = output_size(x.shape[3], kernel[1], stride[1], padding[1], output_padding[1], dilation[1])
+    weight = conv.weight                                                      # [ci, co, kh, kw]
+    # the contraction over (ci, kh, kw) as products and a sum (elementwise kernels, no GEMM call)
+    sums = (s.reshape(s.shape[0], -1, 1) * weight.permute(0, 2, 3, 1).reshape(1, -1, weight.shape[1])).sum(dim=1)
+    means = sums / (ho * wo)
+    return means + conv.bias if conv.bias is not None else means
