@@ -1,0 +1,68 @@
+"""The exact algebra of the fused family's 42 and 44 (solutions/conv_transpose2d_fused/_shared/
+ct2d_means.py): the mean over all positions of a ConvTranspose2d from row and column sums of x,
+without the convolution. In float64 it is the convolution's mean to rounding, on any geometry;
+the solutions' forward, in fp32, is the float64 reference's output to fp32 rounding. (Their
+files declare DEVICES = ("cuda",): a CPU run skips them, since the problems' references are too
+large for a CPU; their verdicts and speed are the GPU's.)"""
+import importlib.util
+import random
+import sys
+
+import pytest
+import torch
+
+from harness import REPO_ROOT
+
+FUSED = REPO_ROOT / "solutions" / "conv_transpose2d_fused"
+sys.path.insert(0, str(FUSED / "_shared"))
+from ct2d_means import channel_means  # noqa: E402
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_mean_of_a_transposed_convolution_is_exact_algebra_on_any_geometry():
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    checked = 0
+    while checked < 150:
+        kernel = (rng.randint(1, 5), rng.randint(1, 5))
+        stride, dilation = (rng.randint(1, 3), rng.randint(1, 3)), (rng.randint(1, 3), rng.randint(1, 2))
+        padding = (rng.randint(0, 3), rng.randint(0, 3))
+        output_padding = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation))
+        h, w = rng.randint(1, 12), rng.randint(1, 12)
+        conv = torch.nn.ConvTranspose2d(3, 4, kernel, stride=stride, padding=padding, output_padding=output_padding,
+                                        dilation=dilation, bias=rng.random() < 0.5).double()
+        x = torch.randn(2, 3, h, w, dtype=torch.float64)
+        try:
+            reference = conv(x).mean(dim=(2, 3))
+        except RuntimeError:   # a geometry PyTorch refuses (an output size below 1, an output padding too large)
+            continue
+        got = channel_means(x, conv)
+        assert (got - reference).abs().max().item() < 1e-12, (kernel, stride, padding, output_padding, dilation, h, w)
+        checked += 1
+
+
+@pytest.mark.parametrize("problem", ["42_ConvTranspose2d_GlobalAvgPool_BiasAdd_LogSumExp_Sum_Multiply",
+                                     "44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean"])
+def test_the_solutions_are_the_float64_reference_to_fp32_rounding_on_the_extra_shapes(problem):
+    from harness.config import load_config
+    spec = load(REPO_ROOT / "problems" / "conv_transpose2d_fused" / f"{problem}.py", f"p{problem[:2]}")
+    solution = load(FUSED / problem / "fast.py", f"s{problem[:2]}")
+    shapes = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.extra_shapes[f"conv_transpose2d_fused/{problem}"]
+    for shape in shapes:
+        for name, value in shape.items():
+            setattr(spec, name, tuple(value) if isinstance(value, list) else value)
+        torch.manual_seed(1)
+        model = spec.Model(*spec.get_init_inputs()).double()
+        new = solution.ModelNew(*spec.get_init_inputs())
+        new.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+        x = spec.get_inputs()[0]
+        with torch.no_grad():
+            reference, got = model(x.double()), new(x.float()).double()
+        assert got.shape == reference.shape
+        assert ((got - reference).norm() / reference.norm()).item() < 1e-6, shape
