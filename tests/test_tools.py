@@ -66,3 +66,13 @@ def test_plan_table_floors_match_the_perf_notes():
     assert "| 75 | bf16 | `ct2d_phase<4, 16, 1, 3, __nv_bfloat16>` | `fast/phase.cuh` | TF32 mma.sync | 0.391 | 0.100 | 3.91x |" in markdown([row])
     tiny = {**row, "problem": "902", "ms": 0.047, "floor_ms": 1e-5, "x_floor": 4700.0}
     assert "| 0.047 | launch-bound | - |" in markdown([tiny])
+
+
+def test_aa_runs_reads_a_variant_as_its_name_and_its_overrides():
+    import argparse
+    from tools.aa_runs import parse_variant
+    assert parse_variant("on=timing.move_inputs=on,timing.rounds=20") == ("on", ["timing.move_inputs=on",
+                                                                                 "timing.rounds=20"])
+    assert parse_variant("default") == ("default", [])
+    with pytest.raises(argparse.ArgumentTypeError, match="expected NAME"):
+        parse_variant("=timing.rounds=20")
