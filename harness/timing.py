@@ -181,7 +181,7 @@ class LiveInputs:
     instead of one draw of it biasing every round. The memory left stays held (up to HOLD_BYTES,
     oldest let go first): freed, it comes back at the next allocation, the same pages again."""
 
-    HOLD_BYTES = 1 << 30
+    HOLD_BYTES = 256 << 20   # elementwise_add's 8 MiB: every round of 10 (more would press a CPU run's address space)
     live: list
 
     def move(self) -> None:
