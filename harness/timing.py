@@ -190,9 +190,8 @@ class LiveInputs:
         held = self.__dict__.setdefault("held", [])
         held.append(self.live)
         self.live = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.live]
-        size = lambda inputs: sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-        while len(held) > 1 and sum(size(h) for h in held) > self.HOLD_BYTES:
-            held.pop(0)
+        each = sum(x.numel() * x.element_size() for x in self.live if isinstance(x, torch.Tensor))  # every set alike
+        del held[:max(0, len(held) - max(1, self.HOLD_BYTES // max(1, each)))]
 
 
 class InputPool(LiveInputs):

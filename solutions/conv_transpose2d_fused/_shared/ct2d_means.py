@@ -11,7 +11,7 @@ positions is
 where S[n, ci, kh, kw] is the sum of x[n, ci] over the rows ih whose tap kh lands inside
 (ih*s - p + kh*d in [0, Ho)) and the columns iw whose tap kw does. Those rows are one interval
 per kh, all of them but a few at each border; so S is the total minus the border rows' and
-columns' sums plus their corners (inclusion-exclusion), from two reductions of x (its row sums
+columns' sums plus their corners (inclusion-exclusion), from at most two reductions of x (its row sums
 and its column sums) and a gather of the few corner elements. groups = 1."""
 from __future__ import annotations
 
@@ -50,9 +50,15 @@ def window_sums(x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int
     n, c, h, w = x.shape
     border_h, mh = _borders(h, kernel[0], stride[0], padding[0], output_padding[0], dilation[0], x)   # mh: [kh, |Bh|]
     border_w, mw = _borders(w, kernel[1], stride[1], padding[1], output_padding[1], dilation[1], x)   # mw: [kw, |Bw|]
-    rows = x.sum(dim=3)                           # [n, c, h]
-    cols = x.sum(dim=2)                           # [n, c, w]
-    total = rows.sum(dim=2)                       # [n, c]
+    # each reduction reads all of x: only those the borders need (none for stride 1, no padding)
+    rows = x.sum(dim=3) if len(border_h) else None                           # [n, c, h]
+    cols = x.sum(dim=2) if len(border_w) else None                           # [n, c, w]
+    if rows is not None:                                                     # total: [n, c]
+        total = rows.sum(dim=2)
+    elif cols is not None:
+        total = cols.sum(dim=2)
+    else:
+        total = x.sum(dim=(2, 3))
     s = total[:, :, None, None].expand(n, c, kernel[0], kernel[1]).clone()
     if len(border_h):
         s -= (rows[:, :, None, border_h] * mh).sum(dim=3)[:, :, :, None]
