@@ -95,6 +95,13 @@ class TimingConfig:
     # own rounds by one yardstick worker (harness/pair.py ReferenceRounds); off: the revision as a
     # pair of its own, compared by the two speedups. auto = on, on every device
     gate_yardstick: str = "auto"
+    # check --baseline-rev with the yardstick: where the now/then interval of the pair's rounds is
+    # wider than gate_precision (a share of the ratio) at either end, the yardstick times more
+    # rounds of then and now alone, up to gate_max_rounds in all (<= rounds: none). A launch-bound
+    # solution's 10 rounds left intervals 5-40% wide, so a 10% slowdown was caught in 5 of 10 runs
+    # (902 / fast on the H200, docs/harness-perf.md); where 10 rounds decide, nothing is added
+    gate_max_rounds: int = 50
+    gate_precision: float = 0.025
     # the timed inputs moved to newly allocated memory before each block of the rounds, in every
     # worker alike (harness/timing.py LiveInputs): a process's memory can be slower or faster
     # than another's for the whole run, an offset no round sees. auto = on the CPU; on CUDA not
@@ -261,6 +268,9 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.move_inputs must be auto, on or off, got {t.move_inputs!r}")
     if t.gate_yardstick not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
+    if t.gate_max_rounds < 0 or not 0 < t.gate_precision < 0.5:
+        raise BadInput(where, f"timing.gate_max_rounds must be >= 0 and timing.gate_precision in (0, 0.5), got "
+                              f"{t.gate_max_rounds} and {t.gate_precision}")
     if t.rounds < 1 or not 0.5 <= t.confidence < 1:
         raise BadInput(where, "timing.rounds must be >= 1 and timing.confidence in [0.5, 1)")
     if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:

@@ -131,8 +131,10 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
             ratio, interval, one = same
             t = new.timing
             now_ms = (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
+            added = t["yardstick"].get("settled_rounds", 0)
+            more = f" and {added} more of the two alone" if added else ""
             said = (f"{where}: {now_ms:.4g} ms against the baseline's {t['yardstick']['median_ms']:.4g} ms in the "
-                    f"same {len(t['yardstick']['rounds'])} rounds{', in one process' if one else ''}: "
+                    f"same {len(t['yardstick']['rounds']) - added} rounds{more}{', in one process' if one else ''}: "
                     f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
             changes.append(_called(problem, label, said, interval, max_regression))
             continue

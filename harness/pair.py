@@ -9,6 +9,7 @@ import signal
 import time
 import traceback
 from pathlib import Path
+from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -186,6 +187,7 @@ class ReferenceRounds:
     # yardstick's blocks serve the gate only; the pair's own timing is unchanged.
     YARDSTICK_BLOCK_MS = 20.0
     YARDSTICK_CALLS = 1000
+    SETTLE_STEP = 5    # settle(): the rounds added between two looks at the gate's interval
 
     def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
                  tolerances: dict[str, Any]):
@@ -199,6 +201,8 @@ class ReferenceRounds:
                                           lane.cpus)
         self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
         self.placed = False          # the solution's worker pinned (from its timing phase on)
+        self.calls = 1               # the calls of the solution's last round
+        self.settled = 0             # the yardstick's rounds added after the solution's (settle)
         hint = entry.get("out_bytes", 0)
         spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare, hint))
         self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
@@ -277,17 +281,48 @@ class ReferenceRounds:
                 self.reference.serve(self.role, each, self.cpus)
             if self.reference.failed:
                 self._end(self.reference)
+        self.calls = int(message.get("calls", 1))
+        self._yardstick_round(int(message.get("n", 0)))
+
+    def _yardstick_round(self, n: int) -> None:
+        """Round `n`'s yardstick blocks, "then" and "now" in turns (then first in even rounds)."""
         y = self.yardstick
-        if y is not None and not y.failed:
-            calls = yardstick_calls(int(message.get("calls", 1)), y.by_role.get("then", []), self.YARDSTICK_BLOCK_MS,
-                                    self.YARDSTICK_CALLS)
-            for role in ("then", "now") if int(message.get("n", 0)) % 2 == 0 else ("now", "then"):
-                if role == "now" and "now" not in y.versions.get("roles", ()):
-                    continue
-                self._wait_idle()
-                if not y.serve(role, calls, self.cpus):
-                    self._end(y)
+        if y is None or y.failed:
+            return
+        calls = yardstick_calls(self.calls, y.by_role.get("then", []), self.YARDSTICK_BLOCK_MS, self.YARDSTICK_CALLS)
+        for role in ("then", "now") if n % 2 == 0 else ("now", "then"):
+            if role == "now" and "now" not in y.versions.get("roles", ()):
+                continue
+            self._wait_idle()
+            if not y.serve(role, calls, self.cpus):
+                self._end(y)
+                break
+
+    def settle(self) -> int:
+        """After the solution's rounds (its worker ended): where the gate's now/then interval of
+        the rounds so far is wider than timing.gate_precision at either end, more rounds of the
+        yardstick alone, then and now in turns as before, until it is not or timing.gate_max_rounds
+        rounds are done (the interval looked at every SETTLE_STEP rounds). A launch-bound
+        solution's blocks vary by several percent from round to round, and ten rounds could not
+        tell a 10% slowdown from none; a problem whose ten rounds decide pays nothing. Returns the
+        rounds added."""
+        from .timing import ratio_interval
+        y = self.yardstick
+        most, share = int(self.t.get("gate_max_rounds", 0)), float(self.t.get("gate_precision", 0.025))
+        added = 0
+        while y is not None and not y.failed and y.by_role.get("now"):
+            then, now = y.by_role.get("then", []), y.by_role["now"]
+            done = min(len(then), len(now))
+            if done >= most or done < 2:
+                break
+            if added % self.SETTLE_STEP == 0:
+                ratio = median([x for b in then for x in b]) / median([x for b in now for x in b])
+                low, high = ratio_interval(then, now, self.t.get("confidence", 0.95), seed=0, resamples=200)
+                if low >= ratio * (1 - share) and high <= ratio * (1 + share):
                     break
+            self._yardstick_round(done)
+            added += 1
+        return added
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":
@@ -368,6 +403,8 @@ class ReferenceRounds:
                 "same_sources": bool(self.job["yardstick"].get("same_sources"))}
         if y.by_role.get("now"):
             then["now"] = y.stats(self.timer_name, "now")
+        if self.settled:
+            then["settled_rounds"] = self.settled
         elif y.versions.get("now_failed"):
             then["now_failed"] = y.versions["now_failed"]
         return {"yardstick": then}
@@ -477,15 +514,22 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
                            max_payload, rounds)
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
+            if rounds is not None:
+                rounds.release()
             if lane.device == "cpu" and sandbox.allocation_failed(exc):
                 return result(Status.SKIPPED, does_not_fit("judging its output (the float64 ground truth)", exc),
                               phase="judge")
             return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
-        finally:
-            if rounds is not None:
-                rounds.release()
         outcome = lane.finish(spare, w, started)
+        if rounds is not None:
+            try:  # the solution's worker ended: the gate's rounds, where they cannot yet decide, go on
+                if not w.timeout and not w.broken and outcome.returncode == 0:
+                    t0 = time.monotonic()
+                    rounds.settled = rounds.settle()
+                    w.rounds_s += time.monotonic() - t0
+            finally:
+                rounds.release()
         ran_in.update({k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")})
         without = [*lane.sandbox_plan.get("lacks", []), *lane.info.get("sandbox", {}).get("left_out", [])]
         if ran_in and without:  # what the run's sandbox goes without on this host, and why

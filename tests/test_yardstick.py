@@ -69,3 +69,49 @@ def test_a_yardstick_block_of_short_calls_lasts_long_enough_to_have_a_steady_med
     assert yardstick_calls(10, [[1.3] * 10], 20.0, 1000) == 16             # 69 / fast
     assert yardstick_calls(10, [[5.0] * 10], 20.0, 1000) == 10             # never fewer than the round's
     assert yardstick_calls(10, [[0.001] * 10], 20.0, 1000) == 1000         # at most `most`
+
+
+class FakeYardstick:
+    """A yardstick worker whose blocks of then and now are drawn with a spread per block."""
+
+    def __init__(self, spread: float, seed: int = 0):
+        import random
+        self.rng, self.spread = random.Random(seed), spread
+        self.failed, self.versions, self.by_role, self.served = "", {"roles": ["now", "then"]}, {}, []
+
+    def serve(self, role, calls, cpus):
+        level = 1.0 + self.rng.uniform(-self.spread, self.spread)
+        self.by_role.setdefault(role, []).append([level * (1 + 0.001 * (i % 3)) for i in range(calls)])
+        self.served.append(role)
+        return True
+
+
+def rounds_with(yardstick, rounds: int, **timing):
+    from types import SimpleNamespace
+
+    from harness.pair import ReferenceRounds
+    r = object.__new__(ReferenceRounds)
+    r.lane, r.cpus, r.calls, r.yardstick = SimpleNamespace(device="cpu"), None, 10, yardstick
+    r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, **timing}
+    for n in range(rounds):
+        r._yardstick_round(n)
+    return r
+
+
+def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_gate_precision():
+    from harness.timing import ratio_interval
+    steady = rounds_with(FakeYardstick(0.002), 10)
+    assert steady.settle() == 0 and len(steady.yardstick.by_role["then"]) == 10    # ten rounds decide: nothing added
+    noisy = rounds_with(FakeYardstick(0.15), 10)
+    added = noisy.settle()
+    then, now = noisy.yardstick.by_role["then"], noisy.yardstick.by_role["now"]
+    assert added > 0 and len(then) == len(now) == 10 + added <= 50
+    # then and now in turns as in the pair's rounds: then first in even rounds, now first in odd ones
+    assert noisy.yardstick.served[20:24] == ["then", "now", "now", "then"]
+    low, high = ratio_interval(then, now, 0.95, resamples=200)
+    assert len(then) == 50 or (high - low) < (high + low) / 2 * 0.06    # stopped at the cap or once narrow enough
+    capped = rounds_with(FakeYardstick(0.15), 10, gate_max_rounds=10)
+    assert capped.settle() == 0                                            # gate_max_rounds <= rounds: none added
+    gone = rounds_with(FakeYardstick(0.15), 10)
+    gone.yardstick.failed = "it exited"
+    assert gone.settle() == 0                                              # a failed yardstick is left alone
