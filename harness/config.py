@@ -71,7 +71,10 @@ class TimingConfig:
     enabled: bool = True       # false: correctness only (the check command's default), no timing or profile
     warmup: int = 3            # untimed calls before sampling
     min_samples: int = 10
-    max_samples: int = 100
+    # at most this many timed calls a side; auto = 1000 on CUDA, 100 on the CPU (timing.for_device:
+    # a launch-bound call's A/A on the H200 held 1.00x +-3% with 1000 in 30 rounds and missed it
+    # with 100 in 10, at the same wall time; on the CPU each call's handoff costs about 1 ms)
+    max_samples: int | str = "auto"
     min_time_s: float = 0.5    # keep sampling until this much timed work (after min_samples)
     max_time_s: float = 10.0   # stop sampling after this much wall time (once 3 samples exist)
     flush_l2: bool = True      # overwrite a buffer twice the L2 size before every timed call
@@ -82,7 +85,7 @@ class TimingConfig:
     # the timed calls are taken in rounds that alternate the reference (timed by the lane, in the
     # role the pair's class is compared with) and the solution (timed by its worker), so both see
     # the same machine; the speedup's confidence interval is a bootstrap over the rounds
-    rounds: int = 10
+    rounds: int | str = "auto"    # auto = 30 on CUDA, 10 on the CPU (timing.for_device)
     confidence: float = 0.95
     # both workers of a pair (the reference's and the solution's) pinned to one CPU, the lane's,
     # while they are timed (harness/placement.py): auto = on CUDA lanes, on, off
@@ -101,6 +104,9 @@ class TimingConfig:
     # solution's 10 rounds left intervals 5-40% wide, so a 10% slowdown was caught in 5 of 10 runs
     # (902 / fast on the H200, docs/harness-perf.md); where 10 rounds decide, nothing is added
     gate_max_rounds: int = 50
+    # ... the yardstick's blocks in this many of the pair's rounds (spread evenly: of 30, every
+    # third), so that more rounds for the pair's own timing (timing.rounds) do not make the gate dearer
+    gate_rounds: int = 10
     gate_precision: float = 0.025
     # the timed inputs moved to newly allocated memory before each block of the rounds, in every
     # worker alike (harness/timing.py LiveInputs): a process's memory can be slower or faster
@@ -174,10 +180,17 @@ _NOT_KEYS = {"source"}
 
 
 def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
-    if typing.get_origin(typ) in (typing.Union, types.UnionType):  # X | None
-        if value is None:
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):  # X | None, or int | str ("auto")
+        if value is None and type(None) in typing.get_args(typ):
             return None
-        typ = next(t for t in typing.get_args(typ) if t is not type(None))
+        kinds = [t for t in typing.get_args(typ) if t is not type(None)]
+        if kinds == [int, str]:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if value == "auto":
+                return value
+            raise BadInput(path, f"key '{key}' must be a whole number or auto, got {type(value).__name__} {value!r}")
+        typ = kinds[0]
     if typing.get_origin(typ) is collections.abc.Mapping:
         if not isinstance(value, Mapping):
             raise BadInput(path, f"key '{key}' must be a mapping, got {type(value).__name__}")
@@ -248,7 +261,7 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
     if k.secret_timed_checks not in ("auto", "on", "off"):
         raise BadInput(where, f"checks.secret_timed_checks must be auto, on or off, got {k.secret_timed_checks!r}")
-    if t.warmup < 0 or t.min_samples < 1 or t.max_samples < t.min_samples:
+    if t.warmup < 0 or t.min_samples < 1 or (t.max_samples != "auto" and t.max_samples < t.min_samples):
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
     if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:
         raise BadInput(where, "timeouts must be > 0 seconds (and timeouts.call_factor > 0)")
@@ -268,11 +281,13 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.move_inputs must be auto, on or off, got {t.move_inputs!r}")
     if t.gate_yardstick not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
+    if t.gate_rounds < 2:
+        raise BadInput(where, f"timing.gate_rounds must be >= 2, got {t.gate_rounds}")
     if t.gate_max_rounds < 0 or not 0 < t.gate_precision < 0.5:
         raise BadInput(where, f"timing.gate_max_rounds must be >= 0 and timing.gate_precision in (0, 0.5), got "
                               f"{t.gate_max_rounds} and {t.gate_precision}")
-    if t.rounds < 1 or not 0.5 <= t.confidence < 1:
-        raise BadInput(where, "timing.rounds must be >= 1 and timing.confidence in [0.5, 1)")
+    if (t.rounds != "auto" and t.rounds < 1) or not 0.5 <= t.confidence < 1:
+        raise BadInput(where, "timing.rounds must be auto or >= 1 and timing.confidence in [0.5, 1)")
     if t.reference_max_age_s <= 0 or t.reference_max_temp_delta_c <= 0:
         raise BadInput(where, "timing.reference_max_age_s and timing.reference_max_temp_delta_c must be > 0")
     if cfg.build.jobs < 0:

@@ -81,7 +81,11 @@ def shared_rounds(new: EvalResult) -> tuple[list, list, bool] | None:
     then = t.get("yardstick") or {}
     now, one = (then["now"], True) if (then.get("now") or {}).get("rounds") else (t.get("solution") or {}, False)
     if then.get("rounds") and now.get("rounds") and "event_median_ms" not in then and "event_median_ms" not in now:
-        return then["rounds"], now["rounds"], one
+        if one or not then.get("pair_rounds"):
+            return then["rounds"], now["rounds"], one
+        # then timed in some of the solution's rounds (timing.gate_rounds): those rounds of the solution's
+        mine = [now["rounds"][i] for i in then["pair_rounds"] if i < len(now["rounds"])]
+        return then["rounds"][:len(mine)], mine, one
     return None
 
 

@@ -170,11 +170,12 @@ class ReferenceRounds:
     records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
     pair keeps the lane's earlier measurement and says why (`rounds_failed`).
 
-    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) each round has
-    two more blocks, between the reference's and the solution's, of a yardstick worker
-    (worker.run_yardstick): one process that holds the solution as it was at the revision
-    ("then") and as it is ("now"), each timed for as many calls as the solution's round, in turns
-    (then first in even rounds, now first in odd ones). The gate's now/then ratio is a bootstrap
+    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) timing.gate_rounds
+    of the rounds (spread evenly: every third of 30) have two more blocks, between the reference's
+    and the solution's, of a yardstick worker (worker.run_yardstick): one process that holds the
+    solution as it was at the revision ("then") and as it is ("now"), each timed for as many calls
+    as the solution's round, in turns (then first in the yardstick's even rounds, now first in its
+    odd ones); `pair_rounds` says which. The gate's now/then ratio is a bootstrap
     over those rounds (harness/gate.py): two models of one process, in the same rounds, which
     neither an offset between two processes nor the machine's drift can bias. Where "now" could
     not be imported beside "then", "then" alone is timed and compared with the solution's own
@@ -203,6 +204,7 @@ class ReferenceRounds:
         self.placed = False          # the solution's worker pinned (from its timing phase on)
         self.calls = 1               # the calls of the solution's last round
         self.settled = 0             # the yardstick's rounds added after the solution's (settle)
+        self.pair_rounds: list[int] = []   # the solution's rounds the yardstick timed a round in
         hint = entry.get("out_bytes", 0)
         spare = lane.reference_worker(job, lambda spare: _request(job, "reference", spare, hint))
         self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
@@ -282,10 +284,17 @@ class ReferenceRounds:
             if self.reference.failed:
                 self._end(self.reference)
         self.calls = int(message.get("calls", 1))
-        self._yardstick_round(int(message.get("n", 0)))
+        n, of = int(message.get("n", 0)), int(message.get("of", 1))
+        y = self.yardstick
+        if y is not None and not y.failed and gate_turn(n, of, int(self.t.get("gate_rounds", 10))):
+            done = len(y.by_role.get("then", []))
+            self._yardstick_round(done)
+            if len(y.by_role.get("then", [])) > done:
+                self.pair_rounds.append(n)
 
     def _yardstick_round(self, n: int) -> None:
-        """Round `n`'s yardstick blocks, "then" and "now" in turns (then first in even rounds)."""
+        """The yardstick's round `n` (its own count): "then" and "now" in turns (then first in
+        even rounds)."""
         y = self.yardstick
         if y is None or y.failed:
             return
@@ -403,11 +412,19 @@ class ReferenceRounds:
                 "same_sources": bool(self.job["yardstick"].get("same_sources"))}
         if y.by_role.get("now"):
             then["now"] = y.stats(self.timer_name, "now")
+        then["pair_rounds"] = list(self.pair_rounds)
         if self.settled:
             then["settled_rounds"] = self.settled
         elif y.versions.get("now_failed"):
             then["now_failed"] = y.versions["now_failed"]
         return {"yardstick": then}
+
+
+def gate_turn(n: int, of: int, gate_rounds: int) -> bool:
+    """Whether the yardstick times a round in the solution's round `n` of `of`: in `gate_rounds`
+    of them, spread evenly (every of // gate_rounds-th from the first; all where of <= gate_rounds)."""
+    step = max(1, of // max(1, gate_rounds))
+    return n % step == 0 and n // step < gate_rounds
 
 
 def yardstick_calls(calls: int, blocks: list[list[float]], block_ms: float, most: int) -> int:

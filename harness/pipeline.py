@@ -21,7 +21,7 @@ from .build import write_manifest
 from .config import Config
 from .checks import below_floor
 from .guards import timing_consistent
-from .timing import ratio_interval
+from .timing import for_device, ratio_interval
 from .failures import failure, limit_hint
 from .isolation import Outcome, run_module
 from .precision import baseline as baseline_of
@@ -203,6 +203,7 @@ class PairRun:
         """What a lane needs to evaluate the pair (plain data: it crosses to the lane's process)."""
         ctx = self.ctx
         config = ctx.cfg.to_dict()
+        config["timing"] = for_device(config["timing"], ctx.device)  # auto: the device's numbers
         if not self.timed:
             config["timing"] = {**config["timing"], "enabled": False}
         job = {"run_id": ctx.run_id, "problem": self.pair.problem.to_dict(), "solution": self.solution,

@@ -75,6 +75,30 @@ def test_overrides_are_applied_and_checked():
         with_overrides(cfg, {"timing.min_samples": "many"})
 
 
+def test_samples_and_rounds_are_auto_by_device_or_a_number():
+    """timing.max_samples and timing.rounds: auto (1000 in 30 rounds on CUDA, 100 in 10 on the CPU,
+    harness/timing.py AUTO_TIMING) or a whole number, which every device then takes as it is."""
+    from harness.timing import for_device
+    t = load_config(None).to_dict()["timing"]
+    assert (t["max_samples"], t["rounds"]) == ("auto", "auto")
+    assert (for_device(t, "cuda")["max_samples"], for_device(t, "cuda")["rounds"]) == (1000, 30)
+    assert (for_device(t, "cpu")["max_samples"], for_device(t, "cpu")["rounds"]) == (100, 10)
+    cfg = with_overrides(load_config(None), dict([parse_override("timing.rounds=20"),
+                                                  parse_override("timing.min_samples=200")]))
+    t = cfg.to_dict()["timing"]
+    assert for_device(t, "cuda")["rounds"] == for_device(t, "cpu")["rounds"] == 20
+    assert for_device(t, "cpu")["max_samples"] == 200            # auto, but never below min_samples
+    for key, value in (("timing.rounds", "many"), ("timing.max_samples", 2.5), ("timing.rounds", True)):
+        with pytest.raises(BadInput, match=f"'{key}' must be a whole number or auto"):
+            with_overrides(cfg, {key: value})
+    with pytest.raises(BadInput, match="timing.rounds must be auto or >= 1"):
+        with_overrides(cfg, {"timing.rounds": 0})
+    with pytest.raises(BadInput, match="min_samples <= max_samples"):
+        with_overrides(cfg, {"timing.max_samples": 50})
+    with pytest.raises(BadInput, match="timing.gate_rounds must be >= 2"):
+        with_overrides(cfg, {"timing.gate_rounds": 1})
+
+
 @pytest.mark.parametrize("text, message", [
     ("correctness:\n  extra_shapes: {'57': {batch_size: 1}}\n", "must be a list of non-empty mappings"),
     ("checks: {library_passthrough: warn}\n", "must be 'flag' or 'fail'"),

@@ -325,3 +325,23 @@ def test_the_gate_on_cuda_times_both_versions_in_one_sandboxed_process(tmp_path)
     assert now.timing["yardstick"]["now"]["timer"] == "cuda_event"
     assert "landlock-fs" in " ".join(now.sandbox.get("active", [])), now.sandbox
     shutil.rmtree(repo)
+
+
+def test_then_alone_is_compared_with_the_solutions_blocks_of_the_rounds_it_shared():
+    """Where now could not be imported beside then, then's blocks (in timing.gate_rounds of the
+    pair's rounds, `pair_rounds`) are compared with the solution's blocks of those same rounds:
+    with a machine that drifts by 30% from round to round, pairing then's third block with the
+    solution's third round instead of its seventh would take the drift for a change."""
+    drift = [1.0, 1.3, 1.0, 1.15, 0.95, 1.25]
+    full = timed_with_yardstick(1.0, 1.0, drift, rounds=30, seed=4)
+    t = full.timing
+    shared = list(range(0, 30, 3))
+    then = {**t["yardstick"], "rounds": [t["yardstick"]["rounds"][i] for i in shared], "pair_rounds": shared}
+    r = EvalResult(**{**full.__dict__, "timing": {**t, "yardstick": then}})
+    then_rounds, now_rounds, one = gate.shared_rounds(r)
+    assert not one and now_rounds == [t["solution"]["rounds"][i] for i in shared] and len(then_rounds) == 10
+    ratio, (low, high), _ = gate.same_rounds_change(r)
+    assert low <= 1.0 <= high and high - low < 0.06, (low, high)
+    unpaired = gate.same_rounds_change(EvalResult(**{**full.__dict__, "timing": {
+        **t, "yardstick": {k: v for k, v in then.items() if k != "pair_rounds"}}}))
+    assert unpaired[1][1] - unpaired[1][0] > high - low    # paired by position instead: the drift widens it

@@ -232,7 +232,7 @@ def test_an_a_a_pair_is_timed_by_a_reference_worker_with_the_allocator_fixed(tmp
     before, with the reference timed in the lane, 0.79-0.88x."""
     from harness.build import cache_dir_of
     from harness.solutions import reference_solution
-    from harness.timing import MALLOC_ENV, malloc_env
+    from harness.timing import MALLOC_ENV, for_device, malloc_env
     from run_eval import reference_dir  # where the CLI writes the shim: a sandboxed worker reads it
     cfg = with_overrides(load_config(None), {"results_dir": str(tmp_path), "device": "cpu"})
     problem = problem_from_path(ADD_PROBLEM)
@@ -241,7 +241,8 @@ def test_an_a_a_pair_is_timed_by_a_reference_worker_with_the_allocator_fixed(tmp
     assert r.status is Status.OK, r.message
     reference, solution = r.timing["reference"], r.timing["solution"]
     assert reference["measured_in"] == "reference worker" and reference["interleaved"], reference
-    assert len(reference["rounds"]) == len(solution["rounds"]) == cfg.timing.rounds
+    rounds = for_device(cfg.to_dict()["timing"], "cpu")["rounds"]   # auto: 10 on the CPU
+    assert len(reference["rounds"]) == len(solution["rounds"]) == rounds == 10
     assert r.timing["speedup"] > 0 and len(r.timing["speedup_ci"]) == 2
     assert malloc_env({}) == MALLOC_ENV and "mmap_threshold" in MALLOC_ENV["GLIBC_TUNABLES"]
     assert reference["worker_problems"] == 1

@@ -115,3 +115,22 @@ def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_ga
     gone = rounds_with(FakeYardstick(0.15), 10)
     gone.yardstick.failed = "it exited"
     assert gone.settle() == 0                                              # a failed yardstick is left alone
+
+
+def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
+    """timing.gate_rounds: of the 30 rounds CUDA's pair times by default, the yardstick's blocks are
+    in every third (10), so the pair's rounds do not make the gate dearer; then and now keep their
+    turns by the yardstick's own count, and `pair_rounds` says which of the pair's rounds they shared."""
+    from types import SimpleNamespace
+
+    from harness.pair import gate_turn
+    assert [n for n in range(30) if gate_turn(n, 30, 10)] == list(range(0, 30, 3))
+    assert [n for n in range(10) if gate_turn(n, 10, 10)] == list(range(10))
+    assert [n for n in range(5) if gate_turn(n, 5, 10)] == list(range(5))          # fewer rounds: in each
+    assert [n for n in range(25) if gate_turn(n, 25, 10)] == list(range(0, 20, 2))  # never more than gate_rounds
+    r = rounds_with(FakeYardstick(0.01), 0, gate_rounds=10)
+    r.reference, r.pair_rounds = SimpleNamespace(failed="not here"), []
+    for n in range(30):
+        r.block({"n": n, "of": 30, "calls": 10})
+    assert r.pair_rounds == list(range(0, 30, 3)) and len(r.yardstick.by_role["then"]) == 10
+    assert r.yardstick.served[:4] == ["then", "now", "now", "then"]

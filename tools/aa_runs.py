@@ -77,7 +77,12 @@ def main() -> int:
                                "status": result["status"], "speedup": timing.get("speedup"),
                                "interval": timing.get("speedup_ci")}
                         rows.setdefault((row["problem"], name), []).append(row)
-                    print(f"{problem} {name} run {n + 1}: {len(found)} result(s), {wall:.0f} s", flush=True)
+                    each = "  ".join(f"{r['problem']}={r['speedup']:.3f}" for r in
+                                     (rows[(res["problem"]["id"], name)][-1] for res in found)
+                                     if r["speedup"] is not None)
+                    print(f"{problem} {name} run {n + 1}: {len(found)} result(s), {wall:.0f} s  {each}", flush=True)
+                    if args.json:  # as it goes, so a run stopped at a limit keeps what it timed
+                        Path(args.json).write_text(json.dumps([r for runs in rows.values() for r in runs], indent=1))
     print()
     holds_all = within_all = total = 0
     for (problem, name), runs in sorted(rows.items()):
