@@ -71,9 +71,8 @@ class TimingConfig:
     enabled: bool = True       # false: correctness only (the check command's default), no timing or profile
     warmup: int = 3            # untimed calls before sampling
     min_samples: int = 10
-    # at most this many timed calls a side; auto = 1000 on CUDA, 100 on the CPU (timing.for_device:
-    # a launch-bound call's A/A on the H200 held 1.00x +-3% with 1000 in 30 rounds and missed it
-    # with 100 in 10, at the same wall time; on the CPU each call's handoff costs about 1 ms)
+    # at most this many timed calls a side; auto = the device's (timing.AUTO_TIMING: 100 on both
+    # for now; the H200's A/A held 1.00x +-3% with 1000 in 30 rounds, at a third more wall time)
     max_samples: int | str = "auto"
     min_time_s: float = 0.5    # keep sampling until this much timed work (after min_samples)
     max_time_s: float = 10.0   # stop sampling after this much wall time (once 3 samples exist)
@@ -85,7 +84,7 @@ class TimingConfig:
     # the timed calls are taken in rounds that alternate the reference (timed by the lane, in the
     # role the pair's class is compared with) and the solution (timed by its worker), so both see
     # the same machine; the speedup's confidence interval is a bootstrap over the rounds
-    rounds: int | str = "auto"    # auto = 30 on CUDA, 10 on the CPU (timing.for_device)
+    rounds: int | str = "auto"    # auto = the device's (timing.AUTO_TIMING: 10 on both for now)
     confidence: float = 0.95
     # both workers of a pair (the reference's and the solution's) pinned to one CPU, the lane's,
     # while they are timed (harness/placement.py): auto = on CUDA lanes, on, off
@@ -105,7 +104,8 @@ class TimingConfig:
     # (902 / fast on the H200, docs/harness-perf.md); where 10 rounds decide, nothing is added
     gate_max_rounds: int = 50
     # ... the yardstick's blocks in this many of the pair's rounds (spread evenly: of 30, every
-    # third), so that more rounds for the pair's own timing (timing.rounds) do not make the gate dearer
+    # third, each as many calls as the three rounds), so that more rounds for the pair's own
+    # timing (timing.rounds) do not make the gate dearer
     gate_rounds: int = 10
     gate_precision: float = 0.025
     # the timed inputs moved to newly allocated memory before each block of the rounds, in every

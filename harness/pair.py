@@ -174,7 +174,7 @@ class ReferenceRounds:
     of the rounds (spread evenly: every third of 30) have two more blocks, between the reference's
     and the solution's, of a yardstick worker (worker.run_yardstick): one process that holds the
     solution as it was at the revision ("then") and as it is ("now"), each timed for as many calls
-    as the solution's round, in turns (then first in the yardstick's even rounds, now first in its
+    as the solution's rounds it stands for, in turns (then first in the yardstick's even rounds, now first in its
     odd ones); `pair_rounds` says which. The gate's now/then ratio is a bootstrap
     over those rounds (harness/gate.py): two models of one process, in the same rounds, which
     neither an offset between two processes nor the machine's drift can bias. Where "now" could
@@ -202,7 +202,7 @@ class ReferenceRounds:
                                           lane.cpus)
         self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
         self.placed = False          # the solution's worker pinned (from its timing phase on)
-        self.calls = 1               # the calls of the solution's last round
+        self.calls = 1               # the calls of the solution's last round (times gate_step: the yardstick's)
         self.settled = 0             # the yardstick's rounds added after the solution's (settle)
         self.pair_rounds: list[int] = []   # the solution's rounds the yardstick timed a round in
         hint = entry.get("out_bytes", 0)
@@ -283,10 +283,10 @@ class ReferenceRounds:
                 self.reference.serve(self.role, each, self.cpus)
             if self.reference.failed:
                 self._end(self.reference)
-        self.calls = int(message.get("calls", 1))
-        n, of = int(message.get("n", 0)), int(message.get("of", 1))
+        n, of, most = int(message.get("n", 0)), int(message.get("of", 1)), int(self.t.get("gate_rounds", 10))
+        self.calls = int(message.get("calls", 1)) * gate_step(of, most)   # the calls of the rounds it stands for
         y = self.yardstick
-        if y is not None and not y.failed and gate_turn(n, of, int(self.t.get("gate_rounds", 10))):
+        if y is not None and not y.failed and gate_turn(n, of, most):
             done = len(y.by_role.get("then", []))
             self._yardstick_round(done)
             if len(y.by_role.get("then", [])) > done:
@@ -420,10 +420,16 @@ class ReferenceRounds:
         return {"yardstick": then}
 
 
+def gate_step(of: int, gate_rounds: int) -> int:
+    """Of the solution's `of` rounds, every how many the yardstick times a round in (1 where
+    of <= gate_rounds); each of its blocks then has the calls of that many of the solution's rounds."""
+    return max(1, of // max(1, gate_rounds))
+
+
 def gate_turn(n: int, of: int, gate_rounds: int) -> bool:
     """Whether the yardstick times a round in the solution's round `n` of `of`: in `gate_rounds`
-    of them, spread evenly (every of // gate_rounds-th from the first; all where of <= gate_rounds)."""
-    step = max(1, of // max(1, gate_rounds))
+    of them, spread evenly (every gate_step-th from the first; all where of <= gate_rounds)."""
+    step = gate_step(of, gate_rounds)
     return n % step == 0 and n // step < gate_rounds
 
 

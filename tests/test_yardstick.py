@@ -118,9 +118,10 @@ def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_ga
 
 
 def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
-    """timing.gate_rounds: of the 30 rounds CUDA's pair times by default, the yardstick's blocks are
-    in every third (10), so the pair's rounds do not make the gate dearer; then and now keep their
-    turns by the yardstick's own count, and `pair_rounds` says which of the pair's rounds they shared."""
+    """timing.gate_rounds: of a pair's 30 rounds (--set timing.rounds=30), the yardstick's blocks
+    are in every third (10), each with the calls of three of the pair's rounds, so the pair's rounds
+    do not make the gate dearer; then and now keep their turns by the yardstick's own count, and
+    `pair_rounds` says which of the pair's rounds they shared."""
     from types import SimpleNamespace
 
     from harness.pair import gate_turn
@@ -133,4 +134,5 @@ def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
     for n in range(30):
         r.block({"n": n, "of": 30, "calls": 10})
     assert r.pair_rounds == list(range(0, 30, 3)) and len(r.yardstick.by_role["then"]) == 10
+    assert {len(b) for b in r.yardstick.by_role["then"] + r.yardstick.by_role["now"]} == {30}   # 3 rounds' calls
     assert r.yardstick.served[:4] == ["then", "now", "now", "then"]
