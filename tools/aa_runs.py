@@ -71,16 +71,17 @@ def main() -> int:
                     if not found:
                         print(f"{problem} {name} run {n + 1}: no result ({wall:.0f} s)\n{tail}", flush=True)
                         continue
+                    shown = []
                     for result in found:
                         timing = result.get("timing") or {}
                         row = {"problem": result["problem"]["id"], "variant": name, "run": n + 1,
                                "status": result["status"], "speedup": timing.get("speedup"),
                                "interval": timing.get("speedup_ci")}
                         rows.setdefault((row["problem"], name), []).append(row)
-                    each = "  ".join(f"{r['problem']}={r['speedup']:.3f}" for r in
-                                     (rows[(res["problem"]["id"], name)][-1] for res in found)
-                                     if r["speedup"] is not None)
-                    print(f"{problem} {name} run {n + 1}: {len(found)} result(s), {wall:.0f} s  {each}", flush=True)
+                        if row["speedup"] is not None:
+                            shown.append(f"{row['problem']}={row['speedup']:.3f}")
+                    print(f"{problem} {name} run {n + 1}: {len(found)} result(s), {wall:.0f} s  {'  '.join(shown)}",
+                          flush=True)
                     if args.json:  # as it goes, so a run stopped at a limit keeps what it timed
                         Path(args.json).write_text(json.dumps([r for runs in rows.values() for r in runs], indent=1))
     print()
@@ -100,8 +101,6 @@ def main() -> int:
               f"{within}/{len(runs)}  " + "  ".join(shown))
     print(f"\nall: {holds_all} of {total} intervals hold 1.0, {within_all} of {total} within {args.within:.0%}; "
           + "; ".join(f"{name} {sum(w):.0f} s" for name, w in walls.items()))
-    if args.json:
-        Path(args.json).write_text(json.dumps([r for runs in rows.values() for r in runs], indent=1))
     return 0
 
 
