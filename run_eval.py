@@ -27,15 +27,16 @@ from pathlib import Path
 # problem file), so the warning only alarms a new user of a fresh venv.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-from harness import leaderboard, problems, solutions
-from harness.config import DEVICES, Config, load_config, parse_override, with_overrides
-from harness.errors import BadInput
-from harness.runner import CheckoutChanged
-from harness.sandbox import SandboxError
-from harness.precision import PRECISIONS
-from harness.runner import evaluate
-from harness.progress import TERMINAL_WIDTH, printer
-from harness.store import load_run, new_run_id
+from harness.record import leaderboard
+from harness.core import problems, solutions
+from harness.core.config import DEVICES, Config, load_config, parse_override, with_overrides
+from harness.core.errors import BadInput
+from harness.run.runner import CheckoutChanged
+from harness.isolate.sandbox import SandboxError
+from harness.core.precision import PRECISIONS
+from harness.run.runner import evaluate
+from harness.run.progress import TERMINAL_WIDTH, printer
+from harness.core.store import load_run, new_run_id
 
 DEFAULT_CONFIG = "configs/default.yaml"
 # exit codes (the module's docstring, README.md, docs/usage.md say the same)
@@ -144,7 +145,7 @@ def leaderboard_parser() -> argparse.ArgumentParser:
 def cmd_leaderboard(argv: list[str]) -> int:
     import json as jsonlib
 
-    from harness import htmlboard, standings
+    from harness.record import htmlboard, standings
     args = leaderboard_parser().parse_args(argv)
     sources = args.runs
     if not sources:  # the user's own runs; the committed snapshots are named apart, not mixed in
@@ -204,7 +205,7 @@ def _files_and_problems(args) -> list[tuple]:
 
 
 def cmd_lint(argv: list[str]) -> int:
-    from harness.lint import lint_file
+    from harness.compile.lint import lint_file
     args = checks_parser("lint", "Static checks of solution files (no import, no GPU).").parse_args(argv)
     findings = []
     pairs = _files_and_problems(args)
@@ -219,7 +220,7 @@ def cmd_lint(argv: list[str]) -> int:
 
 
 def cmd_compile(argv: list[str]) -> int:
-    from harness.compile_only import compile_solutions
+    from harness.compile.compile_only import compile_solutions
     p = checks_parser("compile", "Compile each solution's load_inline sources against the torch headers "
                                  "without linking or loading them (needs nvcc for CUDA sources, no GPU).")
     p.add_argument("--config", default=DEFAULT_CONFIG)
@@ -265,7 +266,7 @@ def configured(args, **extra) -> Config:
     overrides.update(extra)
     cfg = with_overrides(cfg, overrides) if overrides else cfg
     if cfg.cluster == "ray":
-        from harness.cluster import ray_module
+        from harness.run.cluster import ray_module
         ray_module()  # one line naming what to install when Ray is missing
     return cfg
 
@@ -274,7 +275,7 @@ def selected_pairs(args, cfg: Config) -> list:
     selected = problems.select(args.problem)
     if not selected:
         raise BadInput("problems/", "no problem files found")
-    from harness.build import cache_dir_of
+    from harness.compile.build import cache_dir_of
     return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
                                   precision=cfg.precision,
                                   reference_dir=reference_dir(cache_dir_of(cfg)))
@@ -325,7 +326,7 @@ def nothing_evaluated(results: list) -> str:
 
 
 def cmd_check(argv: list[str]) -> int:
-    from harness.check import run_check
+    from harness.cli.check import run_check
     args = check_parser().parse_args(argv)
     cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
     pairs = selected_pairs(args, cfg)

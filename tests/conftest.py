@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def traversable_tmp(tmp_path_factory):
     """Where the tests run as root, sandboxed processes run as unprivileged uids of their own
-    (harness/sandbox.py): the folders pytest makes for a test (0700), where its solution files
+    (harness/isolate/sandbox.py): the folders pytest makes for a test (0700), where its solution files
     and throwaway repositories live, are open to others (read and pass), as a user's checkout is;
     the folders above them let others pass."""
     base = tmp_path_factory.getbasetemp()

@@ -1,4 +1,4 @@
-"""Whose code raised: the solution's, the problem's or the harness's (harness/blame.py), and a
+"""Whose code raised: the solution's, the problem's or the harness's (harness/core/blame.py), and a
 harness fault injected into a real worker comes out as harness_error, never as the solution's."""
 import json
 import os
@@ -9,11 +9,12 @@ import textwrap
 import pytest
 import torch
 
-from harness import REPO_ROOT, problems
-from harness.blame import blame, for_solution
-from harness.config import parse_override
-from harness.errors import BadInput
-from harness.worker import classify
+from harness import REPO_ROOT
+from harness.core import problems
+from harness.core.blame import blame, for_solution
+from harness.core.config import parse_override
+from harness.core.errors import BadInput
+from harness.run.worker import classify
 from conftest import FIXTURES, FIXTURE_SOLUTIONS
 
 
@@ -27,13 +28,13 @@ def test_an_exception_raised_in_harness_code_is_the_harness_s():
     exc = raised(parse_override, "no equals sign")
     assert isinstance(exc, BadInput)
     found = blame(exc)
-    assert found.owner == "harness" and found.where.startswith("harness/config.py:") and "(parse_override)" in found.where
+    assert found.owner == "harness" and found.where.startswith("harness/core/config.py:") and "(parse_override)" in found.where
 
 
 def test_library_frames_are_passed_over_to_the_caller():
     # torch raises inside its own code; the harness frame that called it is to blame ...
     exc = raised(problems.construct, torch.nn.Linear, ["three", 4], 0, "cpu")
-    assert blame(exc).owner == "harness" and blame(exc).where.startswith("harness/problems.py:")
+    assert blame(exc).owner == "harness" and blame(exc).where.startswith("harness/core/problems.py:")
     # ... unless the harness called on the solution's behalf
     exc = raised(problems.construct, torch.nn.Linear, ["three", 4], 0, "cpu", call=for_solution)
     assert blame(exc).owner == "solution"
@@ -61,21 +62,21 @@ def test_classify_reports_a_harness_fault_as_harness_error():
     exc = raised(parse_override, "no equals sign")
     failure = classify(exc, "correctness", FIXTURE_SOLUTIONS / "cpp_ok.py", "cpu")
     assert failure.status.value == "harness_error"
-    assert "not the solution's fault" in failure.message and "harness/config.py:" in failure.message
+    assert "not the solution's fault" in failure.message and "harness/core/config.py:" in failure.message
     exc = raised(for_solution, problems.load_module, FIXTURE_SOLUTIONS / "import_raises.py", prefix="kb_solution")
     assert classify(exc, "load", FIXTURE_SOLUTIONS / "import_raises.py", "cpu").status.value == "load_error"
 
 
 # A fault injected into a harness function of the worker process: sitecustomize replaces
-# harness.guards.aliased_input (which the worker calls on every output), before the worker
-# imports it, by a function compiled as if it were written in harness/guards.py (so its frame is
+# harness.verdict.guards.aliased_input (which the worker calls on every output), before the worker
+# imports it, by a function compiled as if it were written in harness/verdict/guards.py (so its frame is
 # a harness frame), which raises as numpy's absence once made the input digest raise there.
 INJECT = textwrap.dedent(f"""
-    import harness.guards
+    import harness.verdict.guards
     namespace = {{}}
     exec(compile("def aliased_input(out, inputs):\\n    raise RuntimeError('Numpy is not available (injected fault)')\\n",
-                 {str(REPO_ROOT / 'harness' / 'guards.py')!r}, "exec"), namespace)
-    harness.guards.aliased_input = namespace["aliased_input"]
+                 {str(REPO_ROOT / 'harness' / 'verdict' / 'guards.py')!r}, "exec"), namespace)
+    harness.verdict.guards.aliased_input = namespace["aliased_input"]
 """)
 
 
@@ -92,14 +93,14 @@ def test_a_fault_injected_into_a_worker_s_harness_function_is_a_harness_error(tm
     result = json.loads((tmp_path / "results" / "fault" / "elementwise_add__cpp_ok.json").read_text())
     assert result["status"] == "harness_error", result["message"]
     assert "not the solution's fault" in result["message"]
-    assert "harness/guards.py:2 (aliased_input)" in result["message"] and "injected fault" in result["message"]
+    assert "harness/verdict/guards.py:2 (aliased_input)" in result["message"] and "injected fault" in result["message"]
     assert "cpp_ok.py" not in result["message"]
 
 
 def _raised_in_harness_code(exc: BaseException) -> BaseException:
-    """`exc` raised from a frame compiled as harness/worker.py (the worker's own sync)."""
+    """`exc` raised from a frame compiled as harness/run/worker.py (the worker's own sync)."""
     namespace = {"exc": exc}
-    exec(compile("def sync():\n    raise exc\n", str(REPO_ROOT / "harness" / "worker.py"), "exec"), namespace)
+    exec(compile("def sync():\n    raise exc\n", str(REPO_ROOT / "harness" / "run" / "worker.py"), "exec"), namespace)
     return raised(namespace["sync"])
 
 

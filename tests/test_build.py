@@ -1,4 +1,4 @@
-from harness.build import build_key, first_errors, plain_params
+from harness.compile.build import build_key, first_errors, plain_params
 
 
 def test_first_errors_picks_compiler_lines():
@@ -30,7 +30,7 @@ def test_manifests_of_identical_sources_written_at_once_do_not_race(tmp_path):
     import threading
     from types import SimpleNamespace
 
-    from harness.build import read_manifest, write_manifest
+    from harness.compile.build import read_manifest, write_manifest
 
     solution = SimpleNamespace(sources_sha256="abc", path=tmp_path / "gen.py")
     errors = []
@@ -57,7 +57,7 @@ def test_manifests_of_identical_sources_written_at_once_do_not_race(tmp_path):
 def test_include_folders_count_by_what_they_hold_not_where(tmp_path):
     """The CI gate exports a revision's family to another folder: the same headers there build
     once (one key), while an edited header at the same path builds anew."""
-    from harness.build import INCLUDE_FILES, include_digest
+    from harness.compile.build import INCLUDE_FILES, include_digest
     for where in ("a", "b"):
         (tmp_path / where / "sub").mkdir(parents=True)
         (tmp_path / where / "common.cuh").write_text("#define TILE 64\n")

@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.config import load_config
-from harness.numerics import classify, compare, round_operand, rounded_tolerance, rounding_errors
-from harness.precision import classes
+from harness.core.config import load_config
+from harness.verdict.numerics import classify, compare, round_operand, rounded_tolerance, rounding_errors
+from harness.core.precision import classes
 
 CFG = load_config(None).correctness
 TOLS = {"fp32": CFG.fp32, "tf32": CFG.tf32}

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.channel import Channel, ChannelClosed, ProtocolError
+from harness.isolate.channel import Channel, ChannelClosed, ProtocolError
 
 
 def pair():

@@ -1,4 +1,4 @@
-"""What the lane measures of a problem and its device (harness/checks.py): KernelBench's level-2
+"""What the lane measures of a problem and its device (harness/verdict/checks.py): KernelBench's level-2
 problems whose output cannot tell a right solution from a cheap one are found from their own
 files (byte for byte; batch_size 2 here, the rest as they are), a problem that depends on its
 inputs is not; a degenerate problem's results are flagged and leave the summary; the physical
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import checks
-from harness.config import load_config, with_overrides
-from harness.judge import ProblemState
-from harness.problems import make_inputs
+from harness.verdict import checks
+from harness.core.config import load_config, with_overrides
+from harness.verdict.judge import ProblemState
+from harness.core.problems import make_inputs
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 KERNELBENCH = FIXTURES / "problems" / "kernelbench"   # level 2's other problems; its ConvTranspose2d ones are a family
@@ -63,10 +63,10 @@ def test_kernelbenchs_44_is_not_degenerate_at_these_tolerances():
 
 
 def test_a_degenerate_problems_results_are_flagged_and_leave_the_summary(tmp_path):
-    from harness import standings
-    from harness.problems import problem_from_path
-    from harness.runner import evaluate
-    from harness.solutions import Pair, solution_from_path
+    from harness.record import standings
+    from harness.core.problems import problem_from_path
+    from harness.run.runner import evaluate
+    from harness.core.solutions import Pair, solution_from_path
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
     pairs = [Pair(problem_from_path(FIXTURES / "problems" / "zero_output.py"),
                   solution_from_path(FIXTURE_SOLUTIONS / "zeros_for_zero.py")),
@@ -95,7 +95,7 @@ def test_the_floor_is_the_output_past_l2_at_peak_bandwidth():
 
 
 def test_below_the_floor_fails_by_default_and_flag_only_flags():
-    from harness.pipeline import flags_of
+    from harness.run.pipeline import flags_of
     floor = {"ms": 1.0, "out_bytes": 10**9, "l2_bytes": 0, "peak_bandwidth_tb_s": 1.0}
     timing = {"solution": {"median_ms": 0.5}}
     base = {"library_share": 0.5, "library_passthrough": "flag", "timing_consistency": "flag"}
@@ -131,7 +131,7 @@ def test_the_conv_families_declarations_are_what_the_tool_writes_and_hold_for_th
     import subprocess
     import sys
 
-    from harness import problems
+    from harness.core import problems
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "tools/declare_floors.py", "--check"], cwd=root, capture_output=True,
                           text=True)
@@ -144,8 +144,8 @@ def test_the_conv_families_declarations_are_what_the_tool_writes_and_hold_for_th
 
 
 def test_a_malformed_or_stale_declaration_is_one_line_naming_the_file(tmp_path):
-    from harness.errors import BadInput
-    from harness.problems import declaration, file_sha256
+    from harness.core.errors import BadInput
+    from harness.core.problems import declaration, file_sha256
     problem = tmp_path / "fam" / "1_p.py"
     problem.parent.mkdir()
     problem.write_text("x = 1\n")

@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from harness import REPO_ROOT
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.ray
@@ -76,10 +76,10 @@ def test_a_killed_lane_costs_one_retry_and_a_second_death_is_a_crash(tmp_path, m
 
 DRIVER = """
 import sys
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 config, problem, results_dir, *paths = sys.argv[1:]
 pairs = [Pair(problem_from_path(problem), solution_from_path(p)) for p in paths]
 cfg = with_overrides(load_config(config), {"results_dir": results_dir, "cluster": "ray"})

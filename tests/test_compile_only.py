@@ -2,12 +2,12 @@
 build, CUDA sources compiled against a CPU-only torch, and every repository solution compiles."""
 import pytest
 
-from harness.compile_only import find_nvcc
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.compile_only import compile_solutions
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_files, solution_from_path
+from harness.compile.compile_only import find_nvcc
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.compile.compile_only import compile_solutions
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_files, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from harness import REPO_ROOT
-from harness.config import Config, load_config, parse_override, with_overrides
-from harness.errors import BadInput
+from harness.core.config import Config, load_config, parse_override, with_overrides
+from harness.core.errors import BadInput
 from conftest import FIXTURES
 
 
@@ -76,9 +76,9 @@ def test_overrides_are_applied_and_checked():
 
 
 def test_samples_and_rounds_are_auto_by_device_or_a_number():
-    """timing.max_samples and timing.rounds: auto (the device's, harness/timing.py AUTO_TIMING: 100
+    """timing.max_samples and timing.rounds: auto (the device's, harness/verdict/timing.py AUTO_TIMING: 100
     in 10 on both for now) or a whole number, which every device then takes as it is."""
-    from harness.timing import AUTO_TIMING, for_device
+    from harness.verdict.timing import AUTO_TIMING, for_device
     t = load_config(None).to_dict()["timing"]
     assert (t["max_samples"], t["rounds"]) == ("auto", "auto")
     for device in ("cuda", "cpu"):

@@ -1,13 +1,13 @@
-"""A solution's DEVICES declaration (harness/solutions.py): read from its text, never by running
+"""A solution's DEVICES declaration (harness/core/solutions.py): read from its text, never by running
 it; a run on another device records the pair as skipped, with nothing of it built or run."""
 import pytest
 
-from harness.config import load_config, with_overrides
-from harness.errors import BadInput
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.errors import BadInput
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES
 
 BODY = ("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n")

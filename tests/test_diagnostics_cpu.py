@@ -2,11 +2,11 @@
 message (file:line in the solution, the compiler's error, a hint, the shape, the pattern)."""
 import pytest
 
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 CT2D_PROBLEM = FIXTURES / "problems" / "ct2d_small.py"

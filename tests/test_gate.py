@@ -7,10 +7,11 @@ import sys
 import xml.etree.ElementTree as ET
 import pytest
 
-from harness import REPO_ROOT, gate
-from harness.results import EvalResult, Status
-from harness.standings import Entry
-from harness.store import Store
+from harness import REPO_ROOT
+from harness.record import gate
+from harness.core.results import EvalResult, Status
+from harness.record.standings import Entry
+from harness.core.store import Store
 from conftest import FIXTURE_SOLUTIONS
 
 GPU = "NVIDIA H200"
@@ -125,7 +126,7 @@ def with_rounds(solution, ref_ms, sol_ms, spread=0.01, rounds=10, seed=0):
     `ref_ms` and `sol_ms`, with a relative spread, and its confidence interval."""
     import random
 
-    from harness.timing import ratio_interval
+    from harness.verdict.timing import ratio_interval
     rng = random.Random(seed)
     ref = [[ref_ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(rounds)]
     sol = [[sol_ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(rounds)]
@@ -149,7 +150,7 @@ def test_a_regression_is_called_only_when_the_whole_interval_lies_beyond_the_lim
 
 
 # the pair's 10 rounds, and where their interval was wider than timing.gate_precision, more of the
-# yardstick alone (harness/pair.py ReferenceRounds.settle), up to timing.gate_max_rounds in all
+# yardstick alone (harness/run/rounds.py ReferenceRounds.settle), up to timing.gate_max_rounds in all
 SAME_ROUNDS = re.compile(r"in the same 10 rounds( and (\d+) more of the two alone)?, in one process")
 
 
@@ -182,7 +183,7 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     # unchanged code (the same sources, helpers included): judged once; its yardstick worker times
     # it as then and as now. A busy 2-core machine moves 30-call blocks by tens of percent, so this
     # test, which holds the gate's mechanics, calls only a halving a regression
-    from harness.store import load_run
+    from harness.core.store import load_run
     rc, out = check(*args, "--results-dir", str(tmp_path / "r1"), "--max-regression", "0.5")
     assert rc == 0 and "gen@" not in out and "0 regression(s)" in out, out
     assert "1 of 1 solution(s) unchanged since HEAD" in out, out
@@ -318,7 +319,7 @@ def test_the_gate_on_cuda_times_both_versions_in_one_sandboxed_process(tmp_path)
     (folder / "gen.py").write_text(thirty_calls(source))
     rc, out = check(*args, "--results-dir", str(tmp_path / "r2"))
     assert rc == 1 and "in one process" in out and "more than 5% lower" in out, out
-    from harness.store import load_run
+    from harness.core.store import load_run
     (run,) = [d for d in (tmp_path / "r2").iterdir() if d.is_dir()]
     now, then = sorted(load_run(run), key=lambda r: "@" in r.solution["name"])
     assert now.status is Status.OK and then.status is Status.OK, (now.message, then.message)

@@ -1,10 +1,10 @@
 """GPU end to end (skipped without CUDA): the CUDA example, and the direct and fast ConvTranspose2d kernels on the extra variants."""
 import pytest
 
-from harness import problems, solutions
-from harness.config import load_config, with_overrides
-from harness.results import Status
-from harness.runner import evaluate
+from harness.core import problems, solutions
+from harness.core.config import load_config, with_overrides
+from harness.core.results import Status
+from harness.run.runner import evaluate
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.gpu
@@ -71,7 +71,7 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned
     import torch
 
     from harness import REPO_ROOT
-    from harness.numerics import compare
+    from harness.verdict.numerics import compare
 
     if sm90 and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the fp16 wgmma kernels are built for sm_90a only")
@@ -257,7 +257,7 @@ def test_fast_mma_fp16_blocks_choose_their_scale():
     import torch
 
     from harness import REPO_ROOT
-    from harness.numerics import compare
+    from harness.verdict.numerics import compare
 
     sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
     import ct2d_fast

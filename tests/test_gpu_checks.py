@@ -3,12 +3,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import REPO_ROOT, problems
-from harness.config import load_config, with_overrides
-from harness.numerics import compare
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness import REPO_ROOT
+from harness.core import problems
+from harness.core.config import load_config, with_overrides
+from harness.verdict.numerics import compare
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.gpu

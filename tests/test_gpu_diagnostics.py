@@ -2,11 +2,11 @@
 faulting kernel (a rerun with CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call)."""
 import pytest
 
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.gpu

@@ -3,12 +3,12 @@ forward returns caught on the device, one lane per GPU."""
 import pytest
 import torch
 
-from harness import problems, solutions
-from harness.config import load_config, with_overrides
-from harness.errors import BadInput
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core import problems, solutions
+from harness.core.config import load_config, with_overrides
+from harness.core.errors import BadInput
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.gpu

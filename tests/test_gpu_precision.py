@@ -7,14 +7,15 @@ import copy
 import pytest
 import torch
 
-from harness import REPO_ROOT, problems
-from harness.config import load_config, with_overrides
-from harness.numerics import classify
-from harness.precision import classes
-from harness.problems import load_module
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness import REPO_ROOT
+from harness.core import problems
+from harness.core.config import load_config, with_overrides
+from harness.verdict.numerics import classify
+from harness.core.precision import classes
+from harness.core.problems import load_module
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 pytestmark = pytest.mark.gpu
@@ -164,7 +165,7 @@ def test_the_tf32_class_passes_tf32_arithmetic_by_2x_and_fails_bf16_arithmetic(p
     operands rounded to TF32 and to bf16 (numerics.rounding_errors). PyTorch's default (cuDNN or
     cuBLAS, TF32 where they use it) and the repository's `fast` pass it with >= 2x margin; bf16
     arithmetic (cuDNN's or cuBLAS's bf16 returned as fp32) fails both classes."""
-    from harness.numerics import rounded_tolerance, rounding_errors
+    from harness.verdict.numerics import rounded_tolerance, rounding_errors
     module, model, inputs, truth = _small(problem)
     errors = rounding_errors(model, inputs, truth, "cuda")
     tols = {"fp32": CFG.fp32, "tf32": rounded_tolerance(CFG.tf32, errors, CFG.fp32.rel_l2)}

@@ -1,7 +1,7 @@
 import torch
 
-from harness.guards import aliased_input, poison_free_memory
-from harness.pipeline import make_seeds
+from harness.verdict.guards import aliased_input, poison_free_memory
+from harness.run.pipeline import make_seeds
 
 
 def test_alias_detection():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from harness import REPO_ROOT
-from harness.handoff import HandoffError, Imports, export, overlaps
-from harness.isolation import child_env
+from harness.isolate.handoff import HandoffError, Imports, export, overlaps
+from harness.isolate.isolation import child_env
 
 
 @pytest.mark.parametrize("tensor", [
@@ -52,8 +52,8 @@ def test_overlap_needs_the_same_allocation_and_intersecting_bytes():
 # allocation) and waits; this process maps them, checks values and bounds, then lets it go.
 CHILD = textwrap.dedent("""
     import json, sys, torch
-    from harness.channel import Channel
-    from harness.handoff import export
+    from harness.isolate.channel import Channel
+    from harness.isolate.handoff import export
     channel = Channel.from_fd(int(sys.argv[1]))
     base = torch.arange(64, dtype=torch.float32, device="cuda").reshape(8, 8)
     views = [base[2:5, 1:7], base[4:6]]
@@ -65,7 +65,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.gpu
 def test_cuda_ipc_views_of_another_process(tmp_path):
-    from harness.channel import Channel
+    from harness.isolate.channel import Channel
     mine, theirs = Channel.pair()
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(theirs.fileno())], cwd=REPO_ROOT, env=child_env(),
                             pass_fds=(theirs.fileno(),))
@@ -93,7 +93,7 @@ def test_an_output_past_2_gib_crosses_as_bytes_on_the_cpu():
     is 2.2 GB) crossed as SystemError before (ctypes.string_at takes a C int)."""
     import torch
 
-    from harness.handoff import Imports, export
+    from harness.isolate.handoff import Imports, export
     big = torch.empty((1 << 29) + 3, dtype=torch.float32)  # 2 GiB + 12 bytes
     big[:4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
     big[-1] = 7.0

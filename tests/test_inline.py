@@ -2,7 +2,7 @@
 compiler error back to the solution file, hints."""
 import textwrap
 
-from harness.inline import Layout, check_call, describe_build_error, hint_for, origin
+from harness.compile.inline import Layout, check_call, describe_build_error, hint_for, origin
 
 CUDA = """
 __global__ void k(float* x) { x[0] = 1; }

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import REPO_ROOT
-from harness.isolation import child_env, run_module
+from harness.isolate.isolation import child_env, run_module
 
 
 def run(tmp_path, action, limit_s=10.0, **kw):
@@ -62,7 +62,7 @@ def _alive(pid: int) -> bool:
 def test_child_dies_with_a_killed_harness(tmp_path):
     # the harness process (here a bare python running run_module) is SIGKILLed while its child
     # hangs; the child runs in its own session, so only die_with_parent() can take it down
-    code = ("from harness.isolation import run_module; "
+    code = ("from harness.isolate.isolation import run_module; "
             f"run_module('tests.fixtures.child', {{'action': 'hang'}}, {str(tmp_path)!r}, limit_s=120)")
     harness_proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=child_env())
     pid_file = tmp_path / "child.pid"

@@ -1,10 +1,10 @@
-"""The lane's comparison out of device memory (harness/judge.py PairJudgement.compare): once more
+"""The lane's comparison out of device memory (harness/verdict/judge.py PairJudgement.compare): once more
 with the cached ground truth dropped, then on the host; never the solution's fault."""
 from types import SimpleNamespace
 
 import torch
 
-from harness import judge
+from harness.verdict import judge
 
 
 def test_out_of_memory_while_comparing_drops_the_cache_then_compares_on_the_host(monkeypatch):

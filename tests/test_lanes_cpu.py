@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from harness import REPO_ROOT
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import PHASES, Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import PHASES, Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 NAMES = ["cpp_ok", "cpp_wrong", "cheat_late_thread", "cheat_fix_previous", "cpp_hang"]
@@ -108,10 +108,10 @@ def _processes_with(marker: str, but: tuple[bytes, ...] = ()) -> list[int]:
 
 RUN = textwrap.dedent("""
     import sys
-    from harness.config import load_config, with_overrides
-    from harness.problems import problem_from_path
-    from harness.runner import evaluate
-    from harness.solutions import Pair, solution_from_path
+    from harness.core.config import load_config, with_overrides
+    from harness.core.problems import problem_from_path
+    from harness.run.runner import evaluate
+    from harness.core.solutions import Pair, solution_from_path
     results_dir, resume, cluster, *paths = sys.argv[1:]
     cfg = with_overrides(load_config({fast!r}), {{"results_dir": results_dir, "timeouts.call_s": 60,
                                                  "timeouts.first_call_s": 60, "cluster": cluster}})
@@ -203,10 +203,10 @@ def test_a_reference_that_does_not_fit_the_machine_is_skipped_saying_so_and_the_
     the next pair is judged as usual."""
     import time
 
-    from harness.config import load_config, with_overrides
-    from harness.problems import problem_from_path
-    from harness.runner import evaluate
-    from harness.solutions import Pair, solution_from_path
+    from harness.core.config import load_config, with_overrides
+    from harness.core.problems import problem_from_path
+    from harness.run.runner import evaluate
+    from harness.core.solutions import Pair, solution_from_path
     from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
@@ -230,9 +230,9 @@ def test_an_a_a_pair_is_timed_by_a_reference_worker_with_the_allocator_fixed(tmp
     machines it came out 0.947-1.048x in 11 runs but 1.131x [1.01-1.25] once in CI, and the
     interval does not include an offset between two worker processes (docs/harness-perf.md);
     before, with the reference timed in the lane, 0.79-0.88x."""
-    from harness.build import cache_dir_of
-    from harness.solutions import reference_solution
-    from harness.timing import MALLOC_ENV, for_device, malloc_env
+    from harness.compile.build import cache_dir_of
+    from harness.core.solutions import reference_solution
+    from harness.verdict.timing import MALLOC_ENV, for_device, malloc_env
     from run_eval import reference_dir  # where the CLI writes the shim: a sandboxed worker reads it
     cfg = with_overrides(load_config(None), {"results_dir": str(tmp_path), "device": "cpu"})
     problem = problem_from_path(ADD_PROBLEM)
@@ -253,8 +253,8 @@ def test_one_reference_worker_serves_a_lanes_problems_in_turn(tmp_path):
     """The lane keeps its reference worker from one problem to the next and sets it up for each
     ({"op": "problem"}): a process start and a CUDA context less per problem. Each problem's
     reference is still its own (right verdicts, its own rounds)."""
-    from harness.build import cache_dir_of
-    from harness.solutions import reference_solution
+    from harness.compile.build import cache_dir_of
+    from harness.core.solutions import reference_solution
     from run_eval import reference_dir
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"results_dir": str(tmp_path), "device": "cpu", "gpus": 1})

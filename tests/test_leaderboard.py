@@ -1,5 +1,6 @@
-from harness import REPO_ROOT, leaderboard
-from harness.results import Status
+from harness import REPO_ROOT
+from harness.record import leaderboard
+from harness.core.results import Status
 from test_results import make_result
 
 
@@ -21,8 +22,8 @@ def test_formats_and_summary():
 
 def test_the_terminal_table_fits_120_columns_and_wide_shows_everything():
     """The family's snapshot (KernelBench's long names, intervals, flags) and every status."""
-    from harness.leaderboard import terminal_table
-    from harness.store import load_run
+    from harness.record.leaderboard import terminal_table
+    from harness.core.store import load_run
     results = load_run(REPO_ROOT / "results" / "snapshots" / "2026-11-24-h200-split-family")
     narrow = terminal_table(results)
     assert max(len(line) for line in narrow.splitlines()) <= 120, narrow
@@ -33,7 +34,7 @@ def test_the_terminal_table_fits_120_columns_and_wide_shows_everything():
 
 
 def test_a_speedup_whose_interval_spans_more_than_2x_is_noisy_not_a_figure():
-    from harness.leaderboard import speedup_text
+    from harness.record.leaderboard import speedup_text
     assert speedup_text(8.12, [0.30, 16.06]) == "noisy [0.30-16.06]"
     assert speedup_text(2.04, [1.97, 2.08]) == "2.04x [1.97-2.08]"
     assert speedup_text(1.5, None) == "1.50x" and speedup_text(None, [1, 3]) == "-"
@@ -41,7 +42,7 @@ def test_a_speedup_whose_interval_spans_more_than_2x_is_noisy_not_a_figure():
 
 def test_the_speedup_lies_inside_its_own_interval():
     """pipeline.speedup widens a bootstrap interval that misses the whole-sample ratio of medians."""
-    from harness.pipeline import speedup
+    from harness.run.pipeline import speedup
     ref = [[1.0], [1.0], [1.0], [9.0], [9.0]]
     sol = [[1.0], [1.0], [1.0], [1.0], [1.0]]
     timing = {"reference": {"median_ms": 5.0, "rounds": ref}, "solution": {"median_ms": 1.0, "rounds": sol}}
@@ -52,7 +53,7 @@ def test_the_speedup_lies_inside_its_own_interval():
 
 def test_the_interval_includes_the_process_term():
     """timing.process_term widens the rounds' interval at each end and is recorded with it."""
-    from harness.pipeline import speedup
+    from harness.run.pipeline import speedup
     ref = [[2.0 + 0.01 * i] for i in range(10)]
     sol = [[1.0 + 0.004 * ((i * 7) % 10)] for i in range(10)]
     timing = {"reference": {"median_ms": 2.05, "rounds": ref}, "solution": {"median_ms": 1.02, "rounds": sol}}

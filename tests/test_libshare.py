@@ -1,7 +1,7 @@
-"""The library share of a call (harness/libshare.py): operators timed through a dispatch mode."""
+"""The library share of a call (harness/verdict/libshare.py): operators timed through a dispatch mode."""
 import torch
 
-from harness.libshare import is_library_op, measure, op_name
+from harness.verdict.libshare import is_library_op, measure, op_name
 
 
 def test_library_operators_are_recognised():

@@ -5,8 +5,8 @@ import sys
 import textwrap
 
 from harness import REPO_ROOT
-from harness.lint import lint_file
-from harness.problems import problem_from_path
+from harness.compile.lint import lint_file
+from harness.core.problems import problem_from_path
 from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS
 
 ADD = problem_from_path(ADD_PROBLEM)

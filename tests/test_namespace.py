@@ -3,11 +3,11 @@ the real pipeline on the CPU: a constant, torch and nn unimported, a helper, a r
 changes nothing in the problem; the result notes which names it used."""
 import pytest
 
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, problem_names_used, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, problem_names_used, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 NS = FIXTURES / "problems" / "ns_problem.py"

@@ -2,7 +2,7 @@ from types import SimpleNamespace
 
 import torch
 
-from harness.numerics import compare, diagnose_parameters, ground_truth
+from harness.verdict.numerics import compare, diagnose_parameters, ground_truth
 
 T = SimpleNamespace(atol=1e-3, rtol=1e-3, rel_l2=1e-2)
 LOOSE = SimpleNamespace(atol=1, rtol=1, rel_l2=1e9)

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from harness import REPO_ROOT
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 # crash and hang first: the pairs after them must still run and be recorded
@@ -97,7 +97,7 @@ def test_a_cuda_runs_build_step_leaves_an_import_that_fails_without_the_gpu_to_t
     """On a CUDA run the build step imports with the GPU hidden; an import that fails there (CUDA
     at import, as KernelBench allows) goes on to the lane, whose worker imports it with its GPU
     visible and gives the verdict. A compile error stays the build step's."""
-    from harness.pipeline import PairRun, RunContext
+    from harness.run.pipeline import PairRun, RunContext
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path)})
     import importlib.metadata
     import os

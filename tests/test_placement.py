@@ -1,4 +1,4 @@
-"""The timed workers' CPU (harness/placement.py): which CPU a lane takes, pinning every thread of
+"""The timed workers' CPU (harness/run/placement.py): which CPU a lane takes, pinning every thread of
 another process, finding a thread that left, the sandbox's refusal to move, and a solution that
 tries to move off the timing CPU."""
 import os
@@ -8,12 +8,13 @@ import textwrap
 
 import pytest
 
-from harness import REPO_ROOT, placement
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness import REPO_ROOT
+from harness.run import placement
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
@@ -52,7 +53,7 @@ def test_the_sandbox_refuses_a_worker_to_move_itself_and_the_lane_still_can():
     code = textwrap.dedent("""
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
-        from harness import jail
+        from harness.isolate import jail
         print(jail._refuse_affinity(), flush=True)
         try:
             os.sched_setaffinity(0, os.sched_getaffinity(0))
@@ -97,8 +98,8 @@ def test_a_solution_that_moves_off_the_timing_cpu_is_caught(tmp_path, sandbox):
 
 @two_cpus
 def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
-    from harness.build import cache_dir_of
-    from harness.solutions import reference_solution
+    from harness.compile.build import cache_dir_of
+    from harness.core.solutions import reference_solution
     from run_eval import reference_dir
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"results_dir": str(tmp_path), "timing.pin_cpu": "on"})
@@ -113,7 +114,7 @@ def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
 def test_workers_start_without_address_space_randomization(tmp_path):
     """A pool's workers (sandboxed as configured) start with ADDR_NO_RANDOMIZE; the lane keeps its
     own persona."""
-    from harness.pool import WorkerPool, kill
+    from harness.run.pool import WorkerPool, kill
     before = placement._personality(placement._QUERY)
     pool = WorkerPool(tmp_path / "workers", {"CUDA_VISIBLE_DEVICES": ""}, size=1)
     try:

@@ -9,15 +9,15 @@ import textwrap
 import pytest
 import torch
 
-from harness import precision
-from harness.config import load_config, with_overrides
-from harness.errors import BadInput
-from harness.leaderboard import board_data
-from harness.problems import construct, make_inputs, problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, select_pairs, solution_from_path
-from harness.standings import board_of, boards, gather, select, summarize
+from harness.core import precision
+from harness.core.config import load_config, with_overrides
+from harness.core.errors import BadInput
+from harness.record.leaderboard import board_data
+from harness.core.problems import construct, make_inputs, problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, select_pairs, solution_from_path
+from harness.record.standings import board_of, boards, gather, select, summarize
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 
@@ -81,7 +81,7 @@ def test_solutions_declare_their_precisions_and_are_paired_only_in_those(tmp_pat
 
 
 def test_the_repository_pairs_fast_bf16_in_bf16_runs_and_the_others_in_fp32():
-    from harness import problems, solutions
+    from harness.core import problems, solutions
     family = problems.select("conv_transpose2d")
     bf16 = solutions.select_pairs(family, None, True, problems.discover(), precision="bf16")
     fp32 = solutions.select_pairs(family, None, True, problems.discover(), precision="fp32")
@@ -184,14 +184,14 @@ def test_a_half_runs_header_and_table_name_its_precision(tmp_path):
     results = evaluate([Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / "half_add.py"))], cfg, run_id="b",
                        out=lines.append)
     assert any(" in bf16 on cpu" in line for line in lines), lines
-    from harness.leaderboard import table
+    from harness.record.leaderboard import table
     assert table(results).splitlines()[0].startswith("precision bf16: ")
     fp32 = [dataclasses.replace(r, precision="fp32") for r in results]
     assert table(fp32).splitlines()[0].startswith("problem")  # an fp32 table has no such line
 
 
 def test_the_example_solutions_declare_fp32_and_are_left_out_of_half_runs():
-    from harness import problems, solutions
+    from harness.core import problems, solutions
     for spec in ("elementwise_add", "softmax"):
         selected = problems.select(spec)
         assert {p.solution.precisions for p in solutions.select_pairs(selected, None, True, problems.discover())} \

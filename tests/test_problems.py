@@ -3,8 +3,9 @@ import runpy
 import pytest
 import torch
 
-from harness import REPO_ROOT, problems
-from harness.errors import BadInput
+from harness import REPO_ROOT
+from harness.core import problems
+from harness.core.errors import BadInput
 from conftest import FIXTURES
 
 CT = "conv_transpose2d"
@@ -107,7 +108,7 @@ def test_the_fused_family_is_kernelbench_level2_byte_for_byte_with_extra_shapes_
     """problems/conv_transpose2d_fused holds KernelBench's eleven level-2 ConvTranspose2d problems
     unmodified; each has two extra correctness shapes in the default config that validate (they
     name the file's constants) and run, as the worker sets them, on the CPU."""
-    from harness.config import load_config
+    from harness.core.config import load_config
     selected = problems.select("conv_transpose2d_fused")
     assert {p.path.name: problems.file_sha256(p.path) for p in selected} == FUSED_SHA256
     extra = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.extra_shapes

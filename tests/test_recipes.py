@@ -1,4 +1,4 @@
-"""The build cache's trusted side (harness/recipes.py): what is published is the regular files of
+"""The build cache's trusted side (harness/compile/recipes.py): what is published is the regular files of
 a compile step's folder, under the key the runner computes; a build step's own writes are never
 published, so a solution cannot plant a library for another (red team, through the real pipeline
 in a throwaway copy of the repository)."""
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 
-from harness.build import LOG_NAME, folder_of, plain_params
-from harness.recipes import Compiler, Compiles, Compiled, publish, published
+from harness.compile.build import LOG_NAME, folder_of, plain_params
+from harness.compile.recipes import Compiler, Compiles, Compiled, publish, published
 from test_sandbox import copy_repository, needs_full
 
 

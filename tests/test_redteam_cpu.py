@@ -3,11 +3,11 @@ and the weight diagnostics and extra shapes say what is wrong. One run, one buil
 import pytest
 
 from harness import REPO_ROOT
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 ADD = ["cpp_ok", "cpp_tf32", "cpp_bf16_as_fp32", "cheat_monkeypatch", "cheat_pointer_cache", "cheat_empty", "cheat_mutate_input",

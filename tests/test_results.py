@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from harness.errors import BadInput
-from harness.results import SCHEMA_VERSION, EvalResult, Status, TimingStats
-from harness.solutions import Pair, helper_files, solution_from_path
-from harness.problems import problem_from_path
-from harness.store import Store, load_run
-from harness.timing import summarize
+from harness.core.errors import BadInput
+from harness.core.results import SCHEMA_VERSION, EvalResult, Status, TimingStats
+from harness.core.solutions import Pair, helper_files, solution_from_path
+from harness.core.problems import problem_from_path
+from harness.core.store import Store, load_run
+from harness.verdict.timing import summarize
 from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS
 
 

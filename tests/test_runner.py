@@ -4,8 +4,8 @@ import threading
 import time
 from types import SimpleNamespace
 
-from harness.laneproc import gpu_ids
-from harness.runner import Schedule
+from harness.run.laneproc import gpu_ids
+from harness.run.runner import Schedule
 
 
 def run(problem: str):
@@ -62,7 +62,7 @@ def test_lanes_take_the_visible_gpus_in_order(monkeypatch):
 
 
 def test_progress_prints_lines_in_a_log_and_bars_in_a_terminal(capsys):
-    from harness.progress import Progress
+    from harness.run.progress import Progress
     lines = []
     plain = Progress(lines.append, pairs=2, builds=1, tty=False)
     plain.pair_done("[1/2] p / s: ok", "ok")
@@ -84,12 +84,12 @@ def test_identical_solution_files_build_once_and_every_pair_is_judged(tmp_path, 
     import shutil
 
     from harness import REPO_ROOT
-    from harness.config import load_config, with_overrides
-    from harness.pipeline import PairRun
-    from harness.problems import problem_from_path
-    from harness.results import Status
-    from harness.runner import evaluate
-    from harness.solutions import Pair, solution_from_path
+    from harness.core.config import load_config, with_overrides
+    from harness.run.pipeline import PairRun
+    from harness.core.problems import problem_from_path
+    from harness.core.results import Status
+    from harness.run.runner import evaluate
+    from harness.core.solutions import Pair, solution_from_path
     from conftest import ADD_PROBLEM, FIXTURES
 
     source = REPO_ROOT / "solutions" / "examples" / "elementwise_add" / "cpp_add.py"
@@ -119,11 +119,11 @@ def test_bad_input_found_at_the_start_records_nothing(tmp_path):
     test_more_gpus_than_the_host_has_is_bad_input_and_records_nothing holds the same on CUDA)."""
     import pytest
 
-    from harness.config import load_config, with_overrides
-    from harness.errors import BadInput
-    from harness.problems import problem_from_path
-    from harness.runner import evaluate
-    from harness.solutions import Pair, solution_from_path
+    from harness.core.config import load_config, with_overrides
+    from harness.core.errors import BadInput
+    from harness.core.problems import problem_from_path
+    from harness.run.runner import evaluate
+    from harness.core.solutions import Pair, solution_from_path
     from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS, FIXTURES
 
     pair = Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "cpp_ok.py"))
@@ -134,8 +134,8 @@ def test_bad_input_found_at_the_start_records_nothing(tmp_path):
 
 
 def test_the_gates_yardstick_is_on_by_default_on_every_device_and_off_turns_it_off():
-    from harness.config import load_config, with_overrides
-    from harness.runner import gate_in_same_rounds
+    from harness.core.config import load_config, with_overrides
+    from harness.run.runner import gate_in_same_rounds
     cfg = load_config(None)
     assert gate_in_same_rounds(cfg, "cpu") and gate_in_same_rounds(cfg, "cuda")
     assert gate_in_same_rounds(with_overrides(cfg, {"timing.gate_yardstick": "on"}), "cuda")

@@ -1,4 +1,4 @@
-"""The sandbox around solution code (harness/sandbox.py), on the CPU: each attack of the red team
+"""The sandbox around solution code (harness/isolate/sandbox.py), on the CPU: each attack of the red team
 runs through the real pipeline in a throwaway copy of the repository and ends as the solution's
 failure or as harmless, with nothing lost and no process left; the checkout's digest catches an
 edit when the sandbox is off; the modes and the policy's pieces on their own."""
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT, sandbox
-from harness.config import load_config, with_overrides
-from harness.errors import BadInput
+from harness import REPO_ROOT
+from harness.isolate import sandbox
+from harness.core.config import load_config, with_overrides
+from harness.core.errors import BadInput
 
 HOST = sandbox.probe()
 PLAN = sandbox.prepare(load_config(None))
@@ -32,10 +33,10 @@ EXPECTED = {"sandbox_forger": "incorrect", "sandbox_edit_harness": "ok", "sandbo
             "sandbox_big_file": "runtime_error", "sandbox_proc_write": "ok"}
 DRIVER = """
 import json, sys
-from harness.config import load_config, with_overrides
-from harness.problems import problem_from_path
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.core.problems import problem_from_path
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 config, results_dir, overrides, *paths = sys.argv[1:]
 problem = problem_from_path("problems/examples/elementwise_add.py")
 cfg = with_overrides(load_config(config), {"results_dir": results_dir, **json.loads(overrides)})
@@ -163,9 +164,9 @@ def test_an_edit_of_the_harness_is_a_harness_error_for_the_run_when_the_sandbox_
                            str(results), "--run-id", "edited"], cwd=repo, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "the checkout changed during the run" in proc.stderr and "harness/numerics.py" in proc.stderr
+    assert "the checkout changed during the run" in proc.stderr and "harness/verdict/numerics.py" in proc.stderr
     manifest = json.loads((results / "edited" / "run.json").read_text())
-    assert manifest["checkout_changed"] == ["harness/judge.py", "harness/numerics.py"]
+    assert manifest["checkout_changed"] == ["harness/verdict/judge.py", "harness/verdict/numerics.py"]
     assert (results / "edited" / "elementwise_add__sandbox_edit_harness.json").is_file()  # nothing lost
 
 
@@ -251,7 +252,7 @@ def _run_add(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess
 
 @needs_full
 def test_a_part_the_first_worker_cannot_start_with_is_left_out_once_with_one_line(tmp_path):
-    """The lane's start-up probe (harness/sandbox_check.py; KB_SANDBOX_PROBE=1 makes a CPU lane
+    """The lane's start-up probe (harness/run/sandbox_check.py; KB_SANDBOX_PROBE=1 makes a CPU lane
     probe; KB_SANDBOX_PROBE_FAULT=landlock stands in for a driver Landlock breaks): `auto` warns
     once, naming the part and why, and every pair runs without it and records so."""
     proc = _run_add(tmp_path, env={"KB_SANDBOX_PROBE": "1", "KB_SANDBOX_PROBE_FAULT": "landlock"})

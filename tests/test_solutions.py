@@ -2,8 +2,9 @@ import ast
 
 import pytest
 
-from harness import REPO_ROOT, problems, solutions
-from harness.errors import BadInput
+from harness import REPO_ROOT
+from harness.core import problems, solutions
+from harness.core.errors import BadInput
 from conftest import ADD_PROBLEM, FIXTURE_SOLUTIONS
 
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from harness import standings
-from harness.results import EvalResult, Status
-from harness.store import Store
+from harness.record import standings
+from harness.core.results import EvalResult, Status
+from harness.core.store import Store
 from run_eval import main
 
 H200, H100 = "NVIDIA H200", "NVIDIA H100"

@@ -1,5 +1,5 @@
 """Checked and timed calls that look the same (issue 45): every timed call hands its output to
-the lane, which judges a sample it drew in secret (harness/judge.py TimedSample). Fixtures that
+the lane, which judges a sample it drew in secret (harness/verdict/sample.py TimedSample). Fixtures that
 compute only when they believe a call is checked (a call counter, the gap between calls, input
 pointers and versions, Python's GC, the allocator, the stream, a mix) all fail; an honest one
 passes; the sample is uniform and has the size the config asks for."""
@@ -8,12 +8,12 @@ import collections
 import pytest
 import torch
 
-from harness.config import load_config, with_overrides
-from harness.judge import Taken, TimedSample
-from harness.problems import problem_from_path
-from harness.results import Status
-from harness.runner import evaluate
-from harness.solutions import Pair, solution_from_path
+from harness.core.config import load_config, with_overrides
+from harness.verdict.judge import Taken, TimedSample
+from harness.core.problems import problem_from_path
+from harness.core.results import Status
+from harness.run.runner import evaluate
+from harness.core.solutions import Pair, solution_from_path
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 BELIEVERS = ["cheat_believes_counter", "cheat_believes_gap", "cheat_believes_inputs", "cheat_believes_gc",

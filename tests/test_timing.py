@@ -1,6 +1,6 @@
 import time
 
-from harness.timing import HostTimer, StoppingRule, sample, summarize
+from harness.verdict.timing import HostTimer, StoppingRule, sample, summarize
 
 
 def test_summary_median_and_iqr():
@@ -33,14 +33,14 @@ def test_host_timer_measures():
 
 
 def test_timing_consistency_rule():
-    from harness.guards import timing_consistent
+    from harness.verdict.guards import timing_consistent
     assert timing_consistent(1.00, 1.02) and timing_consistent(0.025, 0.045)
     assert not timing_consistent(0.001, 0.04)       # patched event timer on a tiny kernel
     assert not timing_consistent(0.5, 5.0)          # work the events did not see
 
 
 def test_planned_samples_follow_the_rule_for_the_calls_time():
-    from harness.timing import per_round, planned_samples
+    from harness.verdict.timing import per_round, planned_samples
     rule = StoppingRule(min_samples=10, max_samples=100, min_time_s=0.5, max_time_s=10.0)
     assert planned_samples(rule, 5.0) == 100          # 0.5 s of 5 ms calls, capped at max_samples
     assert planned_samples(rule, 20.0) == 25          # 0.5 s of 20 ms calls
@@ -52,7 +52,7 @@ def test_planned_samples_follow_the_rule_for_the_calls_time():
 def test_the_ratio_interval_covers_the_truth_and_narrows_with_steady_rounds():
     import random
 
-    from harness.timing import ratio_interval, speedup_change_interval
+    from harness.verdict.timing import ratio_interval, speedup_change_interval
     rng = random.Random(1)
     rounds = lambda ms, spread: [[ms * (1 + rng.gauss(0, spread)) for _ in range(10)] for _ in range(10)]  # noqa: E731
     lo, hi = ratio_interval(rounds(2.0, 0.02), rounds(1.0, 0.02), 0.95)
@@ -75,7 +75,7 @@ def test_moving_the_inputs_gives_new_memory_each_block_keeps_values_and_holds_wh
     own), their values and strides kept; the memory left stays held, so the next allocation
     cannot hand the same pages back, up to HOLD_BYTES (the oldest let go first)."""
     import torch
-    from harness.timing import InputPool, moves_inputs
+    from harness.verdict.timing import InputPool, moves_inputs
     sets = [[torch.randn(4, 256), torch.randn(256, 4).t(), 3], [torch.randn(4, 256), torch.randn(256, 4).t(), 3]]
     pool = InputPool(sets, [11, 12])
     seen = {pool.live[0].data_ptr()}

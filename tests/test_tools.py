@@ -43,7 +43,7 @@ def test_neither_file_nor_replacement_is_refused(tmp_path):
 
 def _shapes(pid):
     """(init inputs, x shape, y shape) of a conv_transpose2d problem, from its file (no GPU)."""
-    from harness.problems import load_module, select
+    from harness.core.problems import load_module, select
     from tools.plan_table import shapes
     [problem] = select(pid)
     mod = load_module(problem.path)

@@ -1,5 +1,5 @@
 """The CI gate's yardstick worker holds two versions of one solution in one process
-(harness/worker.py run_yardstick, import_version): each must run its own code, helper modules
+(harness/run/worker.py run_yardstick, import_version): each must run its own code, helper modules
 included, although both import a helper of the same name."""
 import sys
 import textwrap
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from harness.worker import Worker
+from harness.run.worker import Worker
 
 
 class Events:
@@ -63,7 +63,7 @@ def test_two_versions_in_one_process_each_import_their_own_helpers(tmp_path):
 
 
 def test_a_yardstick_block_of_short_calls_lasts_long_enough_to_have_a_steady_median():
-    from harness.pair import yardstick_calls
+    from harness.run.rounds import yardstick_calls
     assert yardstick_calls(10, [], 20.0, 1000) == 10                       # round 0: the solution's round
     assert yardstick_calls(10, [[0.14] * 10], 20.0, 1000) == 143           # 902 / fast: 20 ms of 0.14 ms calls
     assert yardstick_calls(10, [[1.3] * 10], 20.0, 1000) == 16             # 69 / fast
@@ -89,7 +89,7 @@ class FakeYardstick:
 def rounds_with(yardstick, rounds: int, **timing):
     from types import SimpleNamespace
 
-    from harness.pair import ReferenceRounds
+    from harness.run.rounds import ReferenceRounds
     r = object.__new__(ReferenceRounds)
     r.lane, r.cpus, r.calls, r.yardstick = SimpleNamespace(device="cpu"), None, 10, yardstick
     r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, **timing}
@@ -99,7 +99,7 @@ def rounds_with(yardstick, rounds: int, **timing):
 
 
 def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_gate_precision():
-    from harness.timing import ratio_interval
+    from harness.verdict.timing import ratio_interval
     steady = rounds_with(FakeYardstick(0.002), 10)
     assert steady.settle() == 0 and len(steady.yardstick.by_role["then"]) == 10    # ten rounds decide: nothing added
     noisy = rounds_with(FakeYardstick(0.15), 10)
@@ -124,7 +124,7 @@ def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
     `pair_rounds` says which of the pair's rounds they shared."""
     from types import SimpleNamespace
 
-    from harness.pair import gate_turn
+    from harness.run.rounds import gate_turn
     assert [n for n in range(30) if gate_turn(n, 30, 10)] == list(range(0, 30, 3))
     assert [n for n in range(10) if gate_turn(n, 10, 10)] == list(range(10))
     assert [n for n in range(5) if gate_turn(n, 5, 10)] == list(range(5))          # fewer rounds: in each

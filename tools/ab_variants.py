@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from harness import problems, solutions
-from harness.problems import construct, load_module, make_inputs
+from harness.core import problems, solutions
+from harness.core.problems import construct, load_module, make_inputs
 from tools.bench_fast import timed
 
 SHARED = Path("solutions/conv_transpose2d/_shared")

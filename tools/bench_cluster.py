@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.config import load_config, with_overrides  # noqa: E402
-from harness.errors import BadInput  # noqa: E402
-from harness.problems import problem_from_path  # noqa: E402
-from harness.runner import evaluate  # noqa: E402
-from harness.solutions import Pair, solution_from_path  # noqa: E402
+from harness.core.config import load_config, with_overrides  # noqa: E402
+from harness.core.errors import BadInput  # noqa: E402
+from harness.core.problems import problem_from_path  # noqa: E402
+from harness.run.runner import evaluate  # noqa: E402
+from harness.core.solutions import Pair, solution_from_path  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "solutions"
 # elementwise_add solutions of every kind that ends quickly: correct, wrong, crashing, cheating

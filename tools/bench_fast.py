@@ -10,10 +10,10 @@ import sys
 
 import torch
 
-from harness import problems, solutions
-from harness.config import load_config
-from harness.problems import construct, extra_shapes_for, load_module, make_inputs
-from harness.timing import CudaEventTimer, StoppingRule, sample, summarize
+from harness.core import problems, solutions
+from harness.core.config import load_config
+from harness.core.problems import construct, extra_shapes_for, load_module, make_inputs
+from harness.verdict.timing import CudaEventTimer, StoppingRule, sample, summarize
 
 
 # BENCH_CONFIGS=1,2,3 also times each forced tiling of the kernel the problem runs (for the phase

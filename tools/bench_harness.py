@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import leaderboard, problems, solutions  # noqa: E402
-from harness.config import load_config, parse_override, with_overrides  # noqa: E402
-from harness.errors import BadInput  # noqa: E402
-from harness.runner import evaluate  # noqa: E402
-from harness.store import new_run_id  # noqa: E402
+from harness.core.config import load_config, parse_override, with_overrides  # noqa: E402
+from harness.core.errors import BadInput  # noqa: E402
+from harness.run.runner import evaluate  # noqa: E402
+from harness.core.store import new_run_id  # noqa: E402
 
 # The small CUDA example (1024 x 1024), three solutions of problem 81 (a 0.83 GB output, the
 # family's most overhead-bound problem), and the 6.4 GB softmax.

@@ -4,7 +4,7 @@ GPU machine; its table is in docs/evaluation.md):
 
     python tools/cuda_sandbox_probe.py [--preload /tmp/openlog.so]
 
-Each variant starts tools/probe/cuda_probe_child.py through harness.jail as sandbox.launch starts
+Each variant starts tools/probe/cuda_probe_child.py through harness.isolate.jail as sandbox.launch starts
 a worker (the policy, the cover, the scratch given to the identity), with its own prefix and
 identity. --preload: tools/probe/openlog.c built as a shared library (gcc -shared -fPIC -o
 /tmp/openlog.so tools/probe/openlog.c -ldl), which logs every open of a /proc path for writing."""
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from harness import sandbox  # noqa: E402
-from harness.config import load_config, with_overrides  # noqa: E402
-from harness.isolation import child_env  # noqa: E402
+from harness.core.config import load_config, with_overrides  # noqa: E402
+from harness.isolate.isolation import child_env  # noqa: E402
 
 UNSHARE = shutil.which("unshare")
 
@@ -43,7 +43,7 @@ def main():
     args = ap.parse_args()
     import torch
 
-    from harness.handoff import Imports
+    from harness.isolate.handoff import Imports
     torch.ones(1, device="cuda")
     base = sandbox.work_folder("kb-probe-")
     cfg = with_overrides(load_config(None), {"limits.processes": 160})
@@ -64,7 +64,7 @@ def main():
         if args.preload:
             env["LD_PRELOAD"] = args.preload
         extra = {"user": v["uid"], "group": v["uid"], "extra_groups": []} if v.get("popen") else {}
-        proc = subprocess.Popen([*v["prefix"], sys.executable, "-m", "harness.jail", "cuda_probe_child"],
+        proc = subprocess.Popen([*v["prefix"], sys.executable, "-m", "harness.isolate.jail", "cuda_probe_child"],
                                 cwd=pol["scratch"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, **extra)
         res, line = None, proc.stdout.readline()

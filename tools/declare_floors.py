@@ -1,4 +1,4 @@
-"""Write a problem family's floors.yaml (harness/problems.py declaration): for each problem whose
+"""Write a problem family's floors.yaml (harness/core/problems.py declaration): for each problem whose
 reference is one transposed 2D convolution, what every call at the benchmark shape must at least
 do, established from the reference itself (on the meta device: no data, no GPU).
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 HEADER = """\
 # What every call of each problem at its benchmark shape must at least do, for the physical floor
-# (harness/checks.py floor; docs/evaluation.md). Written by tools/declare_floors.py from the
+# (harness/verdict/checks.py floor; docs/evaluation.md). Written by tools/declare_floors.py from the
 # reference itself; each entry holds for the version of the file its sha256 names.
 """
 
@@ -47,7 +47,7 @@ def declare(path: Path) -> dict | None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from harness.problems import file_sha256, load_module
+    from harness.core.problems import file_sha256, load_module
     mod = load_module(path)
     init = list(mod.get_init_inputs())
     with torch.device("meta"):

@@ -12,8 +12,8 @@ import os
 import sys
 
 import torch
-from harness import problems, solutions
-from harness.problems import construct, load_module, make_inputs
+from harness.core import problems, solutions
+from harness.core.problems import construct, load_module, make_inputs
 torch.cuda.set_device(0)
 for pid in sys.argv[1:]:
     [problem] = problems.select(pid)

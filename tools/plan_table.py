@@ -54,7 +54,7 @@ def shapes(mod, init: list) -> tuple[tuple, tuple]:
 
 def measured(dirs: list[str]) -> dict:
     """(problem id, solution) -> (median ms, GPU name), the newest ok result of each."""
-    from harness.store import load_run
+    from harness.core.store import load_run
     found = {}
     for d in dirs:
         for r in load_run(d):
@@ -70,8 +70,8 @@ def measured(dirs: list[str]) -> dict:
 def rows(times: dict) -> list[dict]:
     import torch
 
-    from harness import problems, solutions
-    from harness.problems import construct, load_module, make_inputs
+    from harness.core import problems, solutions
+    from harness.core.problems import construct, load_module, make_inputs
 
     out = []
     for problem in problems.select("conv_transpose2d"):
@@ -82,7 +82,7 @@ def rows(times: dict) -> list[dict]:
             if sol.name not in SOLUTIONS:
                 continue
             cls = SOLUTIONS[sol.name]
-            dtype = "bfloat16" if cls == "bf16" else None  # cast as a bf16 run casts (harness.problems)
+            dtype = "bfloat16" if cls == "bf16" else None  # cast as a bf16 run casts (harness.core.problems)
             model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda", dtype=dtype)
             [x] = make_inputs(mod, 1, "cuda", dtype=dtype)
             with torch.no_grad():

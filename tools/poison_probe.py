@@ -3,7 +3,7 @@ import os
 
 import torch
 
-from harness.guards import poison_free_memory
+from harness.verdict.guards import poison_free_memory
 
 print("alloc conf:", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), torch.cuda.get_allocator_backend())
 a = torch.randn(4, 262144, device="cuda")

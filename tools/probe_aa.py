@@ -37,8 +37,8 @@ def _timer_proc(problem_path: str, conn, seed: int, cpus: list[int] | None = Non
         os.sched_setaffinity(0, cpus)
     import torch
 
-    from harness.problems import construct, load_module, make_inputs
-    from harness.timing import CudaEventTimer
+    from harness.core.problems import construct, load_module, make_inputs
+    from harness.verdict.timing import CudaEventTimer
     module = load_module(Path(problem_path))
     torch.cuda.set_device(0)
     model = construct(module.Model, list(module.get_init_inputs()), seed, "cuda")
@@ -138,7 +138,7 @@ def measure(problem_path: str, rounds: int, calls: int, interleaved: bool, load:
 
 
 def main() -> None:
-    from harness import problems
+    from harness.core import problems
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="35")
     parser.add_argument("--rounds", type=int, default=10)

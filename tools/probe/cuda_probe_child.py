@@ -1,4 +1,4 @@
-"""Child of tools/cuda_sandbox_probe.py, run inside a sandbox variant (harness.jail): starts
+"""Child of tools/cuda_sandbox_probe.py, run inside a sandbox variant (harness.isolate.jail): starts
 CUDA, uses it from a thread made later, tries the writes a root process must not make, forks
 until the process limit stops it, and exports a CUDA tensor by IPC for the parent to read."""
 import errno
@@ -87,7 +87,7 @@ for p in pids:
     os.kill(p, 9)
     os.waitpid(p, 0)
 if not str(res["cuda"]).startswith("ERR"):
-    from harness.handoff import export
+    from harness.isolate.handoff import export
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32) * 3
     torch.cuda.synchronize()
     payload = []

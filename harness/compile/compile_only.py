@@ -1,0 +1,189 @@
+"""Compile-only builds: compile a solution's load_inline sources against the torch headers with
+torch's own generated files and ninja rules, but do not link or load them. Used where nvcc
+exists and no GPU does (CI), through the worker's "compile" mode.
+
+A CPU-only torch wheel lacks some headers that CUDA code includes (c10/cuda/impl/
+cuda_cmake_macros.h, and through ATen/cuda/CUDAContext.h the cuBLAS/cuSPARSE/cuSOLVER headers
+when the CUDA toolkit has no math libraries). For each such header that is really missing, a
+stub declaring only the types torch's headers use is put on the include path; a header that
+exists is never shadowed. Code that calls cuBLAS & co. itself cannot be checked this way.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import types
+from pathlib import Path
+
+from .build import find_nvcc  # noqa: F401 - where callers of compile-only look for it
+
+STUBS = {
+    "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n",
+    "cusparse.h": ("#pragma once\ntypedef struct cusparseContext* cusparseHandle_t;\n"
+                   "typedef enum { CUSPARSE_STATUS_SUCCESS = 0 } cusparseStatus_t;\n"
+                   "const char* cusparseGetErrorString(cusparseStatus_t status);\n"),
+    "cublas_v2.h": ("#pragma once\ntypedef struct cublasContext* cublasHandle_t;\n"
+                    "typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n"),
+    "cublasLt.h": "#pragma once\n#include <cublas_v2.h>\ntypedef struct cublasLtContext* cublasLtHandle_t;\n",
+    "cusolver_common.h": ("#pragma once\ntypedef enum { CUSOLVER_STATUS_SUCCESS = 0, "
+                          "CUSOLVER_STATUS_INVALID_VALUE = 3 } cusolverStatus_t;\n"),
+    "cusolverDn.h": "#pragma once\n#include <cusolver_common.h>\ntypedef struct cusolverDnContext* cusolverDnHandle_t;\n",
+}
+STUB_MARK = "kb-harness compile-only stub"
+
+
+
+
+def cuda_home() -> str | None:
+    """The toolkit root, following wrapper scripts (e.g. /usr/local/bin/nvcc -> cuda-13.0)."""
+    nvcc = find_nvcc()
+    if not nvcc:
+        return None
+    real = Path(os.path.realpath(nvcc))
+    try:
+        text = real.read_text(errors="replace")[:2000] if real.stat().st_size < 4096 else ""
+    except OSError:
+        text = ""
+    m = re.search(r"(/\S+)/bin/nvcc\b", text)
+    return m.group(1) if m else str(real.parent.parent)
+
+
+def stub_dir(root: Path, search: list[str]) -> Path | None:
+    """A folder with stubs for the STUBS headers found in none of `search`; None if none is missing."""
+    missing = {rel: text for rel, text in STUBS.items() if not any(Path(d, rel).exists() for d in search)}
+    if not missing:
+        return None
+    key = hashlib.sha256(repr(sorted(missing.items())).encode()).hexdigest()[:12]
+    folder = Path(root) / f"compile-only-stubs-{key}"
+    for rel, text in missing.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_text(f"// {STUB_MARK}\n{text}")
+    return folder
+
+
+class NotLoaded(types.ModuleType):
+    """What load_inline returns in a compile-only run: calling anything says why it cannot run."""
+
+    def __getattr__(self, item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+
+        def unavailable(*args, **kwargs):
+            raise RuntimeError(f"compile-only run: extension '{self.__name__}' was compiled, not loaded")
+        return unavailable
+
+
+def make_jit_compile(stub_root: Path):
+    """A replacement for torch.utils.cpp_extension._jit_compile that writes torch's ninja file
+    and builds only the object files."""
+    import torch.utils.cpp_extension as cpp_ext
+    from torch.utils.file_baton import FileBaton
+
+    def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags,
+                    extra_include_paths, build_directory, verbose, with_cuda, with_sycl, is_python_module,
+                    is_standalone, keep_intermediates=True):
+        if with_cuda is None:
+            with_cuda = any(str(s).endswith((".cu", ".cuh")) for s in sources)
+        if with_cuda and cpp_ext.CUDA_HOME is None:
+            cpp_ext.CUDA_HOME = cuda_home()  # a CPU-only torch leaves it unset
+        search = cpp_ext.include_paths("cuda" if with_cuda else "cpu")
+        if cuda_home():
+            search.append(str(Path(cuda_home(), "include")))
+        stubs = stub_dir(stub_root, search) if with_cuda else None
+        includes = list(extra_include_paths or []) + ([str(stubs)] if stubs else [])
+        ninja_file = Path(build_directory) / "build.ninja"
+        cpp_ext._write_ninja_file_to_build_library(
+            path=str(ninja_file), name=name, sources=sources, extra_cflags=extra_cflags or [],
+            extra_cuda_cflags=extra_cuda_cflags or [], extra_sycl_cflags=extra_sycl_cflags or [],
+            extra_ldflags=extra_ldflags or [], extra_include_paths=includes, with_cuda=with_cuda,
+            with_sycl=bool(with_sycl), is_standalone=False)
+        targets = re.findall(r"^build (\S+\.o)\s*:", ninja_file.read_text(), re.MULTILINE)
+        baton = FileBaton(os.path.join(build_directory, "lock"))  # another worker may compile the same sources
+        while not baton.try_acquire():
+            baton.wait()
+        try:
+            proc = subprocess.run(["ninja", "-v", *targets], cwd=build_directory, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace")
+        finally:
+            baton.release()
+        print(proc.stdout, flush=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"Error building extension '{name}' (compile only)")
+        return NotLoaded(name)
+
+    return jit_compile
+
+
+def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | None = None,
+                      out=print) -> list[dict]:
+    """Compile-only: import each solution in a build step that records its load_inline calls,
+    then compile each recipe's object files (CUDA with nvcc, C++ with the host compiler) in a
+    compile step, as a run builds its libraries (harness/compile/recipes.py: published in the cache's
+    compile-only folder, reused by later checks); nothing is linked or loaded. No GPU is needed
+    or used. Each item: {"path", "status", "message", "detail", "extensions"}."""
+    import importlib.metadata
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..isolate import sandbox
+    from .build import cache_dir_of
+    from .failures import failure
+    from ..isolate.isolation import run_module
+    from ..core.problems import _display, discover
+    from .recipes import Compiler, Compiles
+    from ..core.solutions import problem_for
+    cache_dir = cache_dir_of(cfg)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    workers = max(1, min(jobs or cfg.build.jobs or cores, len(files) or 1))
+    env = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(max(1, cores // workers))}
+    if cuda_home():
+        env["CUDA_HOME"] = cuda_home()
+    plan = sandbox.prepare(cfg, [Path(f).resolve().parent for f in files]).to_dict()
+    work_root = sandbox.work_folder("kb-compile-")
+    hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
+    compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s)
+    compiles = Compiles()
+    known = discover()
+
+    def one(path: Path) -> dict:
+        request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
+                   "cache_dir": str(cache_dir)}
+        owner = problem_for(Path(path), known)  # its module runs with the problem's names, as in KernelBench
+        if owner is not None:
+            request["problem_path"] = str(owner.path)
+        work = Path(tempfile.mkdtemp(prefix="step-", dir=work_root))
+        policy = None if plan["mode"] == "off" else sandbox.policy(
+            plan, "cpu", scratch=work / "scratch", hidden=hidden,
+            readable=[Path(path).resolve(), *([owner.path] if owner else [])])
+        outcome = run_module("harness.run.worker", request, work, limit_s=cfg.timeouts.run_s,
+                             phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
+        failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
+        recipes = [e["recipe"] for e in outcome.all("recipe")]
+        item = {"path": _display(Path(path)), "extensions": [r["params"]["name"] for r in recipes]}
+        if failed is None:
+            for index, recipe in enumerate(recipes):
+                done = compiles.get(compiler, {**recipe, "compile_only": True}, lambda i=index: work / f"compile{i}")
+                if done.failed:
+                    failed = done.failed
+                    break
+        shutil.rmtree(work, ignore_errors=True)
+        if failed:
+            status, message, detail, _ = failed
+            item.update(status=status.value, message=message, detail=detail)
+        else:
+            names = ", ".join(item["extensions"]) or "no load_inline call"
+            item.update(status="ok", message=f"compiled ({names})", detail="")
+        out(f"{item['path']}: {item['status']}: {item['message']}")
+        return item
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, files))
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)

@@ -1,0 +1,115 @@
+"""The compile step: python -m harness.compile.compiler --request-fd R --events-fd E.
+
+It builds one recipe, what a solution's load_inline call asked for as its build step recorded it
+(harness/compile/build.py), in a folder of its own, and loads nothing: no code of the solution's runs
+here, only the compiler on its sources with its flags. Flags can make a compiler run code (a
+plugin, another assembler), so the step runs in the sandbox like the build step; whatever it
+does, its output serves only the same recipe: the runner publishes it into the build cache under
+the key the runner computes itself from the recipe (harness/compile/recipes.py).
+
+Request: {"recipe": {...}, "build_root": the folder to build in, "compile_only": whether to
+compile the object files only (the CI gate's compile-only check), "arch": the build key's
+architecture (TORCH_CUDA_ARCH_LIST is set to it for CUDA sources)}.
+Events: build_start, build_end (as a worker's, harness/run/pipeline.py build_info), then done, or
+error with a build_error's message mapped back to the solution's line.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from .build import LOG_NAME, BuildError, _capture_fds, build_key, first_errors, folder_of
+from ..core.events import EventWriter
+from .inline import Layout, candidate_files, describe_build_error
+from ..isolate.isolation import die_with_parent
+
+
+class Built(types.ModuleType):
+    """What load_inline returns here: the library is built, not imported."""
+
+
+def _build_only(cpp_ext):
+    """torch's _jit_compile, but for loading: write the ninja file and build the library."""
+    build = cpp_ext._write_ninja_file_and_build_library
+    takes = set(inspect.signature(build).parameters)
+
+    def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags,
+                    extra_include_paths, build_directory, verbose, with_cuda, with_sycl, is_python_module,
+                    is_standalone, keep_intermediates=True):
+        if with_cuda is None:
+            with_cuda = any(str(s).endswith((".cu", ".cuh")) for s in sources)
+        args = {"name": name, "sources": sources, "extra_cflags": extra_cflags, "extra_cuda_cflags": extra_cuda_cflags,
+                "extra_sycl_cflags": extra_sycl_cflags, "extra_ldflags": extra_ldflags,
+                "extra_include_paths": extra_include_paths, "build_directory": build_directory, "verbose": verbose,
+                "with_cuda": with_cuda, "with_sycl": with_sycl, "is_standalone": is_standalone}
+        build(**{k: v for k, v in args.items() if k in takes})
+        return Built(name)
+    return jit_compile
+
+
+def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit) -> Path:
+    """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError."""
+    import torch
+    import torch.utils.cpp_extension as cpp_ext
+
+    from .compile_only import make_jit_compile
+    from ..core.problems import _display
+    params = dict(recipe["params"])
+    name = params["name"]
+    key = build_key(params, torch.__version__, arch)
+    build_dir = Path(build_root) / folder_of(params, torch.__version__, arch, compile_only)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    info = {"name": name, "dir": str(build_dir), "key": key, "cached": False}
+    emit("build_start", **info)
+    layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
+    log_path = build_dir / "harness_build.current.log"
+    cpp_ext._jit_compile = make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext)
+    start = time.monotonic()
+    try:
+        with _capture_fds(log_path):
+            cpp_ext.load_inline(**params, build_directory=str(build_dir), verbose=True)
+    except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
+        log = log_path.read_text(errors="replace")
+        if str(exc) and str(exc) not in log:
+            log += f"\n{type(exc).__name__}: {exc}\n"
+        emit("build_end", **info, ok=False, seconds=time.monotonic() - start, log=log)
+        site = describe_build_error(log, layout, candidate_files(Path(c) for c in recipe.get("callers", [])), _display)
+        raise BuildError(name, log, str(build_dir), site) from None
+    log = log_path.read_text(errors="replace")
+    (build_dir / LOG_NAME).write_text(log)
+    log_path.unlink()
+    emit("build_end", **info, ok=True, seconds=time.monotonic() - start, log=log)
+    return build_dir
+
+
+def main(argv: list[str]) -> None:
+    die_with_parent()
+    with os.fdopen(int(argv[2])) as f:
+        request = json.loads(f.read())
+    events = EventWriter(int(argv[4]))
+    events.emit("sandbox", **json.loads(os.environ.get("KB_SANDBOX_REPORT") or '{"mode": "off", "active": []}'))
+    events.emit("phase", phase="build")
+    try:
+        os.nice(10)  # compiling yields the CPU to the lanes' timed calls
+        compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
+                       request["arch"], events.emit)
+        events.emit("done")
+    except BuildError as exc:
+        events.emit("error", status="build_error", message=str(exc), detail=exc.log[-20000:], phase="build")
+    except Exception as exc:  # noqa: BLE001 - every path ends in an outcome
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        events.emit("error", status="build_error", message=f"building extension '{request['recipe'].get('name')}' "
+                    f"failed: {first_errors(str(exc)) or first}", detail=str(exc)[-20000:], phase="build")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,240 @@
+"""One pair inside a lane (harness/run/lane.py): the reference's timings, one worker run supervised
+and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (harness/run/pipeline.py).
+Where the pair's time went is recorded in its phases."""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..isolate import sandbox
+from ..core.blame import blame
+from .env import gpu_now
+from ..isolate.isolation import Outcome
+from .pool import kill
+from ..core.precision import baseline as baseline_of, casts, classes, loosest
+from ..compile.failures import failure, limit_hint
+from .request import _limits, _request, every_timed_call
+from .rounds import ReferenceRounds
+from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
+from ..core.results import EvalResult, Status
+
+
+
+
+def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:
+    """The reference's timing role the pair will be compared with, from the outputs judged so far:
+    its class's baseline (harness/core/precision.py); PyTorch's defaults for an A/A pair (the reference
+    as its own solution) and for a pair already incorrect."""
+    run = job["config"]["precision"]
+    if job["solution"].get("kind") == "reference" or not judged or not all(r["ok"] for r in judged):
+        return "reference"
+    return baseline_of(run, loosest([r["precision"] for r in judged], run))
+
+
+def sources_changed(job: dict[str, Any]) -> str | None:
+    """The problem or solution file (or a helper of it) whose content here is not what the driver
+    hashed when the run began: results are recorded under those hashes, so they must hold."""
+    from ..core.problems import file_sha256
+    from ..core.solutions import sources_sha256
+    try:
+        if file_sha256(Path(job["problem_path"])) != job["problem"]["sha256"]:
+            return job["problem_path"]
+        if sources_sha256(Path(job["solution_path"])) != job["solution"]["sources_sha256"]:
+            return job["solution_path"]
+    except OSError as exc:
+        return f"{exc.filename or job['solution_path']} ({exc.strerror})"
+    return None
+
+
+def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
+    start = time.monotonic()
+    cfg = job["config"]
+    run = cfg["precision"]
+    phases: dict[str, float] = {"build_s": job["build_s"]} if job["build_s"] else {}
+    spent = {"gpu_s": 0.0}
+    gpu = gpu_now() if lane.device == "cuda" else {}
+    env = {**job["env"], **lane.env, "git": job["env"]["git"]}  # the lane's facts; the driver's commit
+    if gpu:
+        env["gpu"] = {**env.get("gpu", {}), **gpu}
+    lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
+
+    ran_in: dict[str, Any] = {}
+
+    checks: dict[str, Any] = {}   # what the lane measured of the problem and the device (harness/verdict/checks.py)
+
+    def result(status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
+        fields.setdefault("flags", problem_flags(checks))
+        return assemble(job, status, message, detail, phase, phases=phases, gpu_s=spent["gpu_s"],
+                        own_s=job["build_s"] + time.monotonic() - start, env=env, sandbox=ran_in,
+                        problem_checks=dict(checks), **fields)
+
+    changed = sources_changed(job)
+    if changed:
+        return result(Status.HARNESS_ERROR, f"{changed} on {lane.env['lane']['node']} is not the file the run "
+                                            f"started with (changed since, or on a cluster a node whose checkout "
+                                            f"differs from the driver's); not evaluated", phase="judge")
+    tolerances = {name: cfg["correctness"][name] for name in classes(run)}  # strictest first
+    try:
+        problem = lane.judge.problem(Path(job["problem_path"]), job["problem"]["sha256"])
+        if lane.device == "cpu":  # a float64 ground truth past the lane's memory is found first, in seconds
+            try:
+                first = job["seeds"]["shapes"][0]["trials"][0]
+                lane.judge.begin(problem, job["seeds"], tolerances, run).truth(0, first, problem.inputs({}, first,
+                                                                                                     casts(run)))
+            except Exception as exc:  # noqa: BLE001 - whatever else fails here fails again below, blamed
+                if sandbox.allocation_failed(exc):
+                    return result(Status.SKIPPED, does_not_fit("its float64 ground truth", exc), phase="reference")
+        t0 = time.monotonic()
+        refs, ref_gpu_s, entry, measured = lane.references.timings(problem, job, gpu)
+        checks.update(entry.get("checks") or {})
+        if measured:
+            phases["reference_s"] = time.monotonic() - t0
+            spent["gpu_s"] += ref_gpu_s
+    except Exception as exc:  # noqa: BLE001 - the reference's failure is not the solution's
+        if lane.device == "cpu" and sandbox.allocation_failed(exc):
+            return result(Status.SKIPPED, does_not_fit("the reference", exc), phase="reference")
+        found = blame(exc, Path(job["problem_path"]))
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        where = "" if run == "fp32" else f" in {run} (--precision {run}: both models and the inputs cast to it)"
+        return result(Status.HARNESS_ERROR, f"the reference could not be run and timed{where} (not the solution's "
+                                            f"fault): {first} at {found.where or 'an unknown place'}",
+                      "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "reference")
+    limits = _limits(cfg, refs["reference"]["median_ms"] if refs else 0.0)
+    max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
+
+    every = every_timed_call(cfg["checks"], job["device"])
+    for attempt in (1, 2):
+        judgement = lane.judge.begin(problem, job["seeds"], tolerances, run,
+                                     cfg["checks"]["timed_output_checks"] if every else None)
+        spare = lane.pool.take()
+        rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results),
+                                 limits, tolerances) if refs else None
+        started = time.monotonic()
+        try:
+            w = lane.watch(spare, _request(job, "eval", spare, entry.get("out_bytes", 0)), limits, judgement,
+                           max_payload, rounds)
+        except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
+            kill(spare)
+            if rounds is not None:
+                rounds.release()
+            if lane.device == "cpu" and sandbox.allocation_failed(exc):
+                return result(Status.SKIPPED, does_not_fit("judging its output (the float64 ground truth)", exc),
+                              phase="judge")
+            return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
+                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
+        outcome = lane.finish(spare, w, started)
+        if rounds is not None:
+            try:  # the solution's worker ended: the gate's rounds, where they cannot yet decide, go on
+                if not w.timeout and not w.broken and outcome.returncode == 0:
+                    t0 = time.monotonic()
+                    rounds.settled = rounds.settle()
+                    w.rounds_s += time.monotonic() - t0
+            finally:
+                rounds.release()
+        ran_in.update({k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")})
+        without = [*lane.sandbox_plan.get("lacks", []), *lane.info.get("sandbox", {}).get("left_out", [])]
+        if ran_in and without:  # what the run's sandbox goes without on this host, and why
+            ran_in["without"] = without
+        failed = failure(outcome, limit_hint(outcome))
+        if not failed and every and w.timed_calls != w.timed_outputs:  # only a patched worker skips one
+            failed = (Status.INCORRECT, f"the worker handed over {w.timed_outputs} output(s) of its {w.timed_calls} "
+                                        f"timed call(s): every timed call's output goes to the lane "
+                                        f"(checks.secret_timed_checks)", "", "timing")
+        if failed and failed[0] is Status.OOM and attempt == 1 and lane.judge.cache.used:
+            lane.judge.cache.clear()  # the lane's cached ground truth may have taken the memory: once more without
+            lane.judge.release(force=True)
+            phases["oom_retry_s"] = time.monotonic() - started
+            continue
+        break
+    for key, seconds in w.phase_s.items():
+        phases[key] = phases.get(key, 0.0) + seconds
+    sample_s = 0.0
+    if not failed:
+        t0 = time.monotonic()
+        try:
+            judgement.judge_sample()  # the timed outputs the lane kept, judged now that no call is left
+        except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
+            if lane.device == "cpu" and sandbox.allocation_failed(exc):
+                return result(Status.SKIPPED, does_not_fit("judging its output (the float64 ground truth)", exc),
+                              phase="judge")
+            return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
+                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
+        sample_s = time.monotonic() - t0
+    phases["truth_s"] = judgement.truth_s
+    phases["judge_s"] = max(0.0, w.handoff_s + sample_s - judgement.truth_s)
+    if w.rounds_s:
+        phases["reference_s"] = phases.get("reference_s", 0.0) + w.rounds_s
+    spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))
+    build = build_of(job["build"], outcome)
+    interleaved = rounds.timing() if rounds is not None else {}
+    if rounds is not None:
+        spent["gpu_s"] += rounds.gpu_s
+        lane.references.remember(entry, interleaved)
+    timing = timing_of(outcome.events, {**refs, **interleaved,
+                                        **(rounds.yardstick_timing() if rounds is not None else {})})
+    if rounds is not None and rounds.disturbed:
+        timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
+    if rounds is not None and rounds.failed:
+        timing["rounds_failed"] = rounds.failed
+    if rounds is not None and rounds.yardstick_failed and "solution" in timing:
+        timing["yardstick_failed"] = rounds.yardstick_failed
+    if rounds is not None and rounds.cpus is not None and rounds.reference.blocks:
+        timing["pinned_cpus"] = sorted(rounds.cpus)
+        if rounds.strays:
+            timing["unpinned_blocks"] = rounds.strays
+    if failed and (outcome.last("error") or {}).get("cuda_error"):
+        t0 = time.monotonic()
+        failed = diagnose(lane, job, failed, limits)
+        phases["diagnose_s"] = time.monotonic() - t0
+    if failed:
+        return result(*failed, timing=timing, build=build)
+    profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k not in ("event", "t")}
+    t0 = time.monotonic()
+    status, message, phase, fields = verdict(job, judgement.report(), timing, profile, checks)
+    phases["judge_s"] += time.monotonic() - t0
+    return result(status, message, phase=phase, build=build, **fields)
+
+
+def does_not_fit(what: str, exc: BaseException) -> str:
+    """A CPU pair whose reference or ground truth does not fit the lane's share of the machine."""
+    import resource
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    share = f"{limit / 2**30:.1f} GB, " if limit != resource.RLIM_INFINITY else ""
+    first = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return (f"not run here: {what} does not fit this machine's memory at the benchmark shape ({first}); a CPU "
+            f"lane may use {share}{sandbox.LANE_MEMORY_SHARE:.0%} of the machine's "
+            f"{sandbox.physical_memory_bytes() / 2**30:.1f} GB. Run it on a machine with more memory, or on a GPU")
+
+
+def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -> tuple:
+    """A CUDA error is reported asynchronously, so the line that raised it is rarely the launch
+    that caused it. Re-run construction and one trial per shape in a fresh worker with
+    CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call."""
+    status, message, detail, phase = failed
+    spare = lane.pool.fresh({"CUDA_LAUNCH_BLOCKING": "1"})
+    started = time.monotonic()
+    outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose", spare), limits), started)
+    found = outcome.last("diagnosis")
+    if found is None:
+        if outcome.timed_out:
+            why = f"it {outcome.timeout_message.split(': ', 1)[-1]}" if outcome.timeout_message else \
+                f"it ran past {outcome.limit_s:g} s and was killed"
+        elif outcome.signal_name or outcome.returncode:
+            why = f"its worker died ({outcome.signal_name or f'exit code {outcome.returncode}'}) before it reported"
+        else:
+            why = f"it ended in phase '{outcome.phase}' without reaching the first trial"
+        note = f"the diagnosis rerun (CUDA_LAUNCH_BLOCKING=1) did not finish: {why}"
+    elif not found.get("reproduced"):
+        note = "the error did not recur in a rerun with CUDA_LAUNCH_BLOCKING=1 (a race or uninitialized memory?)"
+    else:
+        call = found.get("call")
+        if call:
+            how = "raised by" if call.get("inside") else "raised after"
+            note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {how} the extension call {call['function']}(...) at {call['where']}"
+            if call.get("notes"):
+                note += "; " + "; ".join(call["notes"])
+        else:
+            note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {found.get('error')} at {found.get('where')} (no extension call was made)"
+    return status, f"{message}; {note}", f"{detail}\n\n[diagnosis]\n{outcome.log_tail}", phase

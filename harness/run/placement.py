@@ -1,0 +1,100 @@
+"""Where a pair's timed processes run on the host's CPUs: both on one CPU, the lane's timing CPU.
+
+A CPU of these hosts (virtual machines) works at one of two speeds for stretches of seconds:
+pure-Python work and CUDA launches alike take 7 or 10 ms on one CPU and, at the same moment,
+the other on another (H200, `tools/probe_launch.py`, docs/harness-perf.md). A launch-bound call
+is timed by the host's launch path, so a reference worker and a solution worker on two
+different CPUs measured 0.71-1.38x apart for identical work, and alternating rounds do not
+cancel an offset that lies between two CPUs. Both on the same CPU, taking turns (the other is
+stopped), they see its speed alike: 0.96-1.00x in the same probe.
+
+So while a pair is timed the lane pins every thread of both workers to its timing CPU
+(`timing_cpus`), before each block, and restores them to the lane's own CPUs afterwards. The
+worker cannot move itself back out (the sandbox's seccomp filter refuses sched_setaffinity,
+harness/isolate/jail.py); the lane still reads every thread's CPUs after each block and a thread found
+elsewhere is recorded (`strays`) and judged by `checks.placement`.
+
+Workers also start without address-space randomization (`fixed_layout`): with it, two fresh
+processes on one CPU still launched the same work up to 5% apart for their whole lives (where
+their memory landed), and without it 1-3% (H200, tools/probe_launch.py `same:3` against
+`same:3+noaslr`; A/A runs in docs/harness-perf.md). It protects nothing in a worker: the code
+that runs there is the solution's own.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from contextlib import contextmanager
+
+ADDR_NO_RANDOMIZE = 0x0040000
+_QUERY = 0xFFFFFFFF   # personality(0xffffffff) returns the persona and changes nothing
+
+
+def _personality(persona: int) -> int:
+    return ctypes.CDLL(None, use_errno=True).personality(ctypes.c_ulong(persona))
+
+
+@contextmanager
+def fixed_layout():
+    """Processes started inside this block (by this thread: a persona is a thread's, and a child
+    inherits its parent's through fork and exec) start without address-space randomization."""
+    if sys.platform != "linux":
+        yield
+        return
+    before = _personality(_QUERY)
+    changed = before >= 0 and _personality(before | ADDR_NO_RANDOMIZE) >= 0
+    try:
+        yield
+    finally:
+        if changed:
+            _personality(before)
+
+
+def allowed() -> frozenset[int]:
+    """The CPUs this process may run on."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+def timing_cpus(setting: str, device: str, lane_index: int, cpus: frozenset[int] | None = None) -> frozenset[int] | None:
+    """The lane's timing CPU, or None where the timed processes are not pinned: `setting`
+    (timing.pin_cpu) off; auto on a CPU lane (its workers' torch uses several CPUs, which one
+    CPU would change); or a lane that may use fewer than 2 CPUs. Lane i takes the i-th CPU from the
+    top of what it may use, so that lanes on one host do not share one."""
+    cpus = allowed() if cpus is None else cpus
+    if setting == "off" or (setting == "auto" and device != "cuda") or len(cpus) < 2:
+        return None
+    ordered = sorted(cpus)
+    return frozenset({ordered[-1 - lane_index % len(ordered)]})
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def pin(pid: int, cpus: frozenset[int]) -> int:
+    """Every thread of `pid` onto `cpus` (a thread created later inherits its creator's CPUs).
+    Returns how many threads were pinned; a thread that exits meanwhile is passed over."""
+    n = 0
+    for tid in _threads(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def strays(pid: int, cpus: frozenset[int]) -> list[int]:
+    """The threads of `pid` that may run outside `cpus`."""
+    out = []
+    for tid in _threads(pid):
+        try:
+            if not os.sched_getaffinity(tid) <= cpus:
+                out.append(tid)
+        except OSError:
+            pass
+    return out

@@ -1,0 +1,169 @@
+"""A lane's pool of warm interpreters: worker processes started ahead of need.
+
+Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
+(`python -m harness.run.worker --serve FD`) pays that, and the rest of its host-side start-up
+(worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
+pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
+A spare runs in its own session (a kill takes its compiler children with it) and dies with the
+lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything. Workers
+start without address-space randomization (harness/run/placement.py `fixed_layout`).
+
+In a sandbox (harness/isolate/sandbox.py) each spare has a scratch folder of its own, made when it is
+started (its working directory and TMPDIR, the only place it writes); it is removed with
+everything the worker left running once its pair is over (`retire`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from . import placement
+from ..isolate import sandbox
+from ..isolate.channel import Channel, ChannelClosed, ProtocolError
+from ..isolate.isolation import child_command, popen, reap_strays
+
+
+@dataclass
+class Spare:
+    proc: subprocess.Popen
+    channel: Channel
+    log_path: Path
+    started: float
+    state: str = "starting"        # starting -> ready (imported and primed); or dead
+    events: list = field(default_factory=list)
+    scratch: Path | None = None    # its sandbox's scratch folder (None: no sandbox)
+    problems: int = 0              # a reference worker: the problems it has been set up for (references.References.worker_for)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class WorkerPool:
+    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, sandboxed: dict | None = None):
+        """`sandboxed`: the sandbox of every worker (sandbox.template with the lane's device:
+        {"plan", "device", "hidden"}); None: no sandbox. `leave_out`: the parts of it the lane's
+        probe found CUDA cannot work with (sandbox.policy)."""
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.env = dict(env)
+        self.sandboxed = sandboxed if sandboxed and sandboxed["plan"]["mode"] != "off" else None
+        self.leave_out: tuple[str, ...] = ()
+        self.size = self.base_size = size   # spares kept ready (0 once no more pairs are expected)
+        self.spares: list[Spare] = []
+        self.count = 0
+        self.frozen = False
+        self.fill()
+
+    def spawn(self, extra_env: Mapping[str, str] | None = None) -> Spare:
+        self.count += 1
+        channel, theirs = Channel.pair()
+        log_path = self.work_dir / f"worker-{self.count}.log"
+        policy = None
+        if self.sandboxed and "sandbox" not in self.leave_out:
+            s = self.sandboxed
+            policy = sandbox.policy(s["plan"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
+                                    hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
+        argv, env, cwd, extra = child_command("harness.run.worker", ["--serve", str(theirs.fileno())], policy,
+                                              {**self.env, **(extra_env or {})})
+        with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
+            proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                         start_new_session=True, pass_fds=(theirs.fileno(),), **extra)
+        theirs.close()
+        spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None)
+        if self.frozen:
+            signal_spare(spare, signal.SIGSTOP)
+        return spare
+
+    def fill(self) -> None:
+        self.spares = [s for s in self.spares if s.proc.poll() is None]
+        while len(self.spares) < self.size:
+            self.spares.append(self.spawn())
+
+    def tick(self) -> None:
+        """Note which spares said they are ready; replace those that died."""
+        for spare in self.spares:
+            try:
+                while spare.channel.readable(0):
+                    got = spare.channel.recv(timeout=5)
+                    if got is not None and got[0].get("event") == "ready":
+                        spare.state = "ready"
+            except (ChannelClosed, ProtocolError):
+                spare.state = "dead"
+        for spare in [s for s in self.spares if s.state == "dead"]:
+            kill(spare)
+            self.spares.remove(spare)
+        self.fill()
+
+    def take(self) -> Spare:
+        """The oldest spare (it may still be importing: its "run" then waits in the channel)."""
+        self.tick()
+        spare = self.spares.pop(0) if self.spares else self.spawn()
+        signal_spare(spare, signal.SIGCONT)
+        self.fill()
+        return spare
+
+    def freeze(self) -> None:
+        """Stop every spare (SIGSTOP) while something is timed: their imports, CUDA contexts and
+        profiler start-up take CPU time and driver work that would show in the measurement."""
+        self.frozen = True
+        for spare in self.spares:
+            signal_spare(spare, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.frozen = False
+        for spare in self.spares:
+            signal_spare(spare, signal.SIGCONT)
+
+    def fresh(self, extra_env: Mapping[str, str]) -> Spare:
+        """A worker outside the pool, with `extra_env` set before it starts (e.g.
+        CUDA_LAUNCH_BLOCKING=1, which CUDA reads when it is initialized)."""
+        return self.spawn(extra_env)
+
+    def close(self) -> None:
+        for spare in self.spares:
+            kill(spare)
+        self.spares = []
+
+    def restart(self, leave_out: tuple[str, ...]) -> None:
+        """Every spare replaced by one whose sandbox leaves out these parts (sandbox.policy; "sandbox": all of it)."""
+        self.close()
+        self.leave_out = tuple(leave_out)
+        self.fill()
+
+
+def retire(spare: Spare) -> int:
+    """After a worker's pair: every process it left (orphans come back to the lane, a child
+    subreaper) killed, its scratch removed. Returns how many were killed."""
+    killed = reap_strays()
+    sandbox.release_cgroup(spare.pid)
+    if spare.scratch is not None:
+        shutil.rmtree(spare.scratch, ignore_errors=True)
+    return killed
+
+
+def signal_spare(spare: Spare, sig: int) -> None:
+    try:
+        os.killpg(spare.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill(spare: Spare) -> None:
+    try:
+        os.killpg(spare.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        spare.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        spare.proc.kill()
+        spare.proc.wait()
+    spare.channel.close()
+    retire(spare)

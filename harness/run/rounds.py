@@ -1,0 +1,385 @@
+"""The other halves of a pair's timing rounds, run by the lane: the reference worker's blocks
+before each of the solution's rounds, and in the CI gate the yardstick worker's blocks of the
+solution as it was and as it is (ReferenceRounds), each worker served one block at a time
+(BlockWorker)."""
+from __future__ import annotations
+
+import math
+import signal
+import time
+from statistics import median
+from types import SimpleNamespace
+from typing import Any
+
+from . import placement
+from ..isolate.channel import ChannelClosed
+from ..isolate.isolation import tail
+from .pool import kill, signal_spare
+from ..core.precision import strict_role
+from ..verdict.sample import TimedSample
+from .request import _request, every_timed_call
+
+
+class BlockWorker:
+    """A worker of the lane's pool that times blocks of calls when the lane asks ({"op": "block",
+    "role", "calls"}): the reference worker (worker.run_reference) or a yardstick worker
+    (worker.run_yardstick). It runs only for its blocks (SIGCONT, then SIGSTOP), on the timing
+    CPUs while it does; its handed-over outputs are taken into a sample of their own, never judged
+    (`sink`: the same draws and the same work per kept call as the solution's). Its first block
+    may wait for its set-up (import, CUDA context, construction) on top of the calls' limits."""
+
+    def __init__(self, lane, spare, sink, limits: dict[str, Any], what: str):
+        self.lane, self.spare, self.sink, self.limits, self.what = lane, spare, sink, limits, what
+        self.fresh = spare.state != "serving"   # its set-up is still to come
+        self.blocks: list[list[float]] = []
+        self.by_role: dict[str, list[list[float]]] = {}
+        self.gpu_s = 0.0
+        self.failed = ""
+        self.versions: dict[str, Any] = {}   # a yardstick worker's "versions" event (the roles it serves)
+
+    def pause(self) -> None:
+        if self.spare is not None:
+            signal_spare(self.spare, signal.SIGSTOP)
+
+    def serve(self, role: str, calls: int, cpus) -> bool:
+        """One block of `calls` calls in `role`; False (and `failed` said) where the worker failed."""
+        if self.failed or self.spare is None:
+            return False
+        try:
+            if cpus is not None:
+                placement.pin(self.spare.pid, cpus)
+            signal_spare(self.spare, signal.SIGCONT)
+            try:
+                block = self._serve(role, calls)
+            finally:
+                self.pause()
+        except ChannelClosed as exc:
+            self.failed = f"the {self.what} failed: {exc}"
+            return False
+        self.blocks.append(block)
+        self.by_role.setdefault(role, []).append(block)
+        self.gpu_s += sum(block) / 1e3
+        return True
+
+    def _serve(self, role: str, calls: int) -> list[float]:
+        """Ask, then follow the worker (its calls bounded as the solution's, its outputs taken as
+        the solution's) until it reports the block's times."""
+        spare = self.spare
+        spare.channel.send({"op": "block", "role": role, "calls": calls})
+        setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if self.fresh else 0.0)
+        deadline = time.monotonic() + setup_limit + calls * self.limits["call_s"]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChannelClosed(f"no block of {calls} calls within {setup_limit + calls * self.limits['call_s']:g} s")
+            got = spare.channel.recv(timeout=min(left, 0.5), frame_s=max(1.0, left))
+            if got is None:
+                if spare.proc.poll() is not None:
+                    raise ChannelClosed(f"it exited ({spare.proc.returncode}): {tail(spare.log_path, 300)}")
+                continue
+            message, payload = got
+            event = message.get("event")
+            if event == "block":
+                self.fresh, spare.state = False, "serving"
+                return [float(x) for x in message["ms"]]
+            if event == "error":
+                raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
+            if event == "versions":
+                self.versions = message
+            if event == "output":
+                self.lane.take(spare, message, payload, self.sink)
+
+    def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
+        """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""
+        from .pipeline import now
+        from ..verdict.timing import stats_of
+        blocks = self.blocks if role is None else self.by_role.get(role, [])
+        stats = stats_of([x for block in blocks for x in block], SimpleNamespace(name=timer_name))
+        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in blocks]}
+
+
+class ReferenceRounds:
+    """The other halves of a pair's timing rounds (worker.time_model): before each round of the
+    solution's, a block of the reference, in the role the pair's class is compared with (decided
+    at the first round from the outputs judged so far; PyTorch's defaults for an A/A pair), timed
+    by a reference worker (worker.run_reference): a second worker of the lane's pool, a process
+    of the same kind as the solution's, sandboxed alike, whose every call is made the way the
+    solution's timed calls are (handed over and taken by the lane alike when every timed call is,
+    checks.secret_timed_checks). So the two sides pay the same per-process cost of launching work
+    and the same per-call procedure, which a reference timed in the lane did not (docs/evaluation.md).
+    Each side is stopped (SIGSTOP) while the other is timed. Work the solution's worker left
+    running on the GPU would slow the reference: the lane waits for the GPU to be idle first and
+    records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
+    pair keeps the lane's earlier measurement and says why (`rounds_failed`).
+
+    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) timing.gate_rounds
+    of the rounds (spread evenly: every third of 30) have two more blocks, between the reference's
+    and the solution's, of a yardstick worker (worker.run_yardstick): one process that holds the
+    solution as it was at the revision ("then") and as it is ("now"), each timed for as many calls
+    as the solution's rounds it stands for, in turns (then first in the yardstick's even rounds,
+    now first in its odd ones); `pair_rounds` says which. The gate's now/then ratio is a bootstrap
+    over those rounds (harness/record/gate.py): two models of one process, in the same rounds, which
+    neither an offset between two processes nor the machine's drift can bias. Where "now" could
+    not be imported beside "then", "then" alone is timed and compared with the solution's own
+    blocks. Should the worker fail, the pair is judged as ever and says why (`yardstick_failed`)."""
+
+    IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
+    # A yardstick block lasts at least this long (at most YARDSTICK_CALLS calls): a launch-bound
+    # solution's round of 10 calls of 0.14 ms (902 / fast on the H200) gave each block a median
+    # of 10 noisy calls, and the gate's interval a width of 5-40% (docs/harness-perf.md). The
+    # yardstick's blocks serve the gate only; the pair's own timing is unchanged.
+    YARDSTICK_BLOCK_MS = 20.0
+    YARDSTICK_CALLS = 1000
+    SETTLE_STEP = 5    # settle(): the rounds added between two looks at the gate's interval
+
+    def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
+                 tolerances: dict[str, Any]):
+        self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
+        self.t, self.run = job["config"]["timing"], job["config"]["precision"]
+        self.role: str | None = None
+        self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
+        self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
+        # both workers on the lane's timing CPU while timed (harness/run/placement.py)
+        self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
+                                          lane.cpus)
+        self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
+        self.placed = False          # the solution's worker pinned (from its timing phase on)
+        self.calls = 1               # the calls of the solution's last round (times gate_step: the yardstick's)
+        self.settled = 0             # the yardstick's rounds added after the solution's (settle)
+        self.pair_rounds: list[int] = []   # the solution's rounds the yardstick timed a round in
+        hint = entry.get("out_bytes", 0)
+        spare = lane.references.worker_for(job, lambda spare: _request(job, "reference", spare, hint))
+        self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
+        self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
+        self.yardstick: BlockWorker | None = None
+        if job.get("yardstick"):
+            then = job["yardstick"]
+            both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
+            spare = lane.pool.take()
+            spare.state = "starting"
+            self.yardstick = BlockWorker(lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
+            try:
+                spare.channel.send({"op": "run", "request": {
+                    **_request(both, "yardstick", spare, hint),
+                    "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources"))}}})
+            except ChannelClosed as exc:
+                self.yardstick.failed = f"the yardstick worker failed: {exc}"
+
+    @property
+    def failed(self) -> str:
+        return self.reference.failed
+
+    @property
+    def gpu_s(self) -> float:
+        return self.reference.gpu_s + (self.yardstick.gpu_s if self.yardstick is not None else 0.0)
+
+    def _sink(self, tolerances: dict[str, Any], name: str):
+        """Where a block worker's handed-over outputs go: taken as the solution's, into a sample of
+        their own (never judged; a CPU lane's files in a folder of its own)."""
+        lane, job = self.lane, self.job
+        sink = lane.judge.begin(self.problem, job["seeds"], tolerances, self.run)
+        if every_timed_call(job["config"]["checks"], job["device"]):
+            spill = lane.judge.spill_dir / name if lane.judge.spill_dir is not None else None
+            sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
+        return sink
+
+    def pause(self) -> None:
+        """The block workers stopped while the solution's worker times (they may still be setting up)."""
+        self.reference.pause()
+        if self.yardstick is not None:
+            self.yardstick.pause()
+
+    def place(self, pid: int) -> None:
+        """Before a block of the solution's worker `pid`: what ran since its last block off the
+        timing CPU is counted, then every thread of it pinned there (new threads too)."""
+        if self.cpus is None:
+            return
+        if self.placed and placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.cpus)
+        self.placed = True
+
+    def unplace(self, pid: int) -> None:
+        """The solution's timing done: its last block checked, the worker back on the lane's CPUs."""
+        if not self.placed:
+            return
+        if placement.strays(pid, self.cpus):
+            self.strays += 1
+        placement.pin(pid, self.lane.cpus)
+        self.placed = False
+
+    def block(self, message: dict[str, Any]) -> None:
+        """The blocks before the solution's round `message` (its "round" event): the reference's,
+        then the yardstick's, "then" and "now" in turns (as many calls each as the solution's round;
+        "then" first in round 0, by when the worker has said which versions it holds)."""
+        if not self.reference.failed:
+            from ..verdict.timing import per_round, planned_samples, rule_of
+            try:
+                self.role = self.role or self.role_of()
+                per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
+                _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
+            except ChannelClosed as exc:
+                self.reference.failed = f"the reference worker failed: {exc}"
+            else:
+                self._wait_idle()
+                self.reference.serve(self.role, each, self.cpus)
+            if self.reference.failed:
+                self._end(self.reference)
+        n, of, most = int(message.get("n", 0)), int(message.get("of", 1)), int(self.t.get("gate_rounds", 10))
+        self.calls = int(message.get("calls", 1)) * gate_step(of, most)   # the calls of the rounds it stands for
+        y = self.yardstick
+        if y is not None and not y.failed and gate_turn(n, of, most):
+            done = len(y.by_role.get("then", []))
+            self._yardstick_round(done)
+            if len(y.by_role.get("then", [])) > done:
+                self.pair_rounds.append(n)
+
+    def _yardstick_round(self, n: int) -> None:
+        """The yardstick's round `n` (its own count): "then" and "now" in turns (then first in
+        even rounds)."""
+        y = self.yardstick
+        if y is None or y.failed:
+            return
+        calls = yardstick_calls(self.calls, y.by_role.get("then", []), self.YARDSTICK_BLOCK_MS, self.YARDSTICK_CALLS)
+        for role in ("then", "now") if n % 2 == 0 else ("now", "then"):
+            if role == "now" and "now" not in y.versions.get("roles", ()):
+                continue
+            self._wait_idle()
+            if not y.serve(role, calls, self.cpus):
+                self._end(y)
+                break
+
+    def settle(self) -> int:
+        """After the solution's rounds (its worker ended): where the gate's now/then interval of
+        the rounds so far is wider than timing.gate_precision at either end, more rounds of the
+        yardstick alone, then and now in turns as before, until it is not or timing.gate_max_rounds
+        rounds are done (the interval looked at every SETTLE_STEP rounds). A launch-bound
+        solution's blocks vary by several percent from round to round, and ten rounds could not
+        tell a 10% slowdown from none; a problem whose ten rounds decide pays nothing. Returns the
+        rounds added."""
+        from ..verdict.timing import ratio_interval
+        y = self.yardstick
+        most, share = int(self.t.get("gate_max_rounds", 0)), float(self.t.get("gate_precision", 0.025))
+        added = 0
+        while y is not None and not y.failed and y.by_role.get("now"):
+            then, now = y.by_role.get("then", []), y.by_role["now"]
+            done = min(len(then), len(now))
+            if done >= most or done < 2:
+                break
+            if added % self.SETTLE_STEP == 0:
+                ratio = median([x for b in then for x in b]) / median([x for b in now for x in b])
+                low, high = ratio_interval(then, now, self.t.get("confidence", 0.95), seed=0, resamples=200)
+                if low >= ratio * (1 - share) and high <= ratio * (1 + share):
+                    break
+            self._yardstick_round(done)
+            added += 1
+        return added
+
+    def _wait_idle(self, limit_s: float = 2.0) -> None:
+        if self.lane.device != "cuda":
+            return
+        import torch
+        torch.cuda.synchronize()
+        probe = torch.empty(1, device="cuda")
+        start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            probe.zero_()
+            torch.cuda.synchronize()
+            waited_ms = (time.perf_counter() - t0) * 1e3
+            if waited_ms < self.IDLE_MS:
+                return
+            if time.perf_counter() - start > limit_s:
+                self.disturbed = max(self.disturbed, waited_ms)
+                return
+            time.sleep(0.001)
+
+    def _end(self, worker: BlockWorker) -> None:
+        """A block worker done with: the reference worker stays, stopped, for the problem's next
+        pair (ended if it failed); a yardstick worker is ended. Its sample's buffers freed."""
+        spare, worker.spare = worker.spare, None
+        if spare is not None:
+            if self.cpus is not None:
+                placement.pin(spare.pid, self.lane.cpus)
+            if worker is self.reference and not worker.failed:
+                signal_spare(spare, signal.SIGSTOP)
+            elif worker is self.reference:
+                self.lane.references.end_worker()
+            else:
+                try:
+                    signal_spare(spare, signal.SIGCONT)
+                    spare.channel.send({"op": "end"})
+                except ChannelClosed:
+                    pass
+                kill(spare)
+        if worker.sink.sample is not None:
+            worker.sink.sample.release()
+
+    def release(self) -> None:
+        """The pair's part done: the block workers' (harness/run/references.py worker_for)."""
+        self._end(self.reference)
+        if self.yardstick is not None:
+            self._end(self.yardstick)
+        self.lane.judge.release(force=True)
+
+    def timing(self) -> dict[str, Any]:
+        """The interleaved measurement for the pair's timing block: {role: stats with its rounds}
+        ({} when no round was timed)."""
+        if not self.reference.blocks or self.reference.failed:
+            return {}
+        stats = {**self.reference.stats(self.timer_name), "age_s": 0.0, "reused": False,
+                 "measured_in": "reference worker", "worker_problems": self.worker_problems}
+        if self.lane.device != "cuda":  # on the CPU there is no stricter setting: both roles are this
+            return {"reference": stats, strict_role(self.run): stats}
+        return {self.role: stats}
+
+    @property
+    def yardstick_failed(self) -> str:
+        """Why a pair with a yardstick has no yardstick timing ('' where it has, or has none)."""
+        y = self.yardstick
+        if y is None or (y.by_role.get("then") and not y.failed):
+            return ""
+        return y.failed or "it timed no round"
+
+    def yardstick_timing(self) -> dict[str, Any]:
+        """The yardstick's part of the timing block: {"yardstick": then's stats with its rounds, the
+        solution it timed, whether its sources were now's, and "now": now's stats in the same
+        process and rounds (or "now_failed": why now could not be imported beside then)}; {}
+        without one or where it failed (yardstick_failed)."""
+        y = self.yardstick
+        if y is None or self.yardstick_failed:
+            return {}
+        then = {**y.stats(self.timer_name, "then"), "measured_in": "yardstick worker",
+                "solution": self.job["yardstick"].get("name", ""),
+                "same_sources": bool(self.job["yardstick"].get("same_sources"))}
+        if y.by_role.get("now"):
+            then["now"] = y.stats(self.timer_name, "now")
+        then["pair_rounds"] = list(self.pair_rounds)
+        if self.settled:
+            then["settled_rounds"] = self.settled
+        elif y.versions.get("now_failed"):
+            then["now_failed"] = y.versions["now_failed"]
+        return {"yardstick": then}
+
+
+def gate_step(of: int, gate_rounds: int) -> int:
+    """Of the solution's `of` rounds, every how many the yardstick times a round in (1 where
+    of <= gate_rounds); each of its blocks then has the calls of that many of the solution's rounds."""
+    return max(1, of // max(1, gate_rounds))
+
+
+def gate_turn(n: int, of: int, gate_rounds: int) -> bool:
+    """Whether the yardstick times a round in the solution's round `n` of `of`: in `gate_rounds`
+    of them, spread evenly (every gate_step-th from the first; all where of <= gate_rounds)."""
+    step = gate_step(of, gate_rounds)
+    return n % step == 0 and n // step < gate_rounds
+
+
+def yardstick_calls(calls: int, blocks: list[list[float]], block_ms: float, most: int) -> int:
+    """The calls of each of a round's yardstick blocks: the solution's round's `calls`, or where
+    then's last block says a call is short, enough for `block_ms` (at most `most`)."""
+    calls = max(1, calls)
+    if not blocks or not blocks[-1]:
+        return calls
+    per_call = sorted(blocks[-1])[len(blocks[-1]) // 2]
+    return max(calls, min(most, math.ceil(block_ms / max(per_call, 1e-6))))

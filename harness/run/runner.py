@@ -1,0 +1,420 @@
+"""The run: pick the pairs, build them on the CPU while lanes evaluate the ones already built, one
+lane per GPU (harness/run/lane.py), stream each result to the store as soon as it exists, and show
+progress.
+
+A lane is a long-lived trusted process that owns one device (harness/run/lane.py; the runner's handle
+on it: harness/run/laneproc.py); the runner itself never imports torch. Builds run in fresh processes
+with the GPUs hidden (harness/run/pipeline.py); a build the cache's manifest already records is not
+repeated. A lane that dies loses only the pair it had, which is
+given to a lane once more; a pair that takes down a lane twice is recorded as a harness error.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import REPO_ROOT
+from ..core import problems
+from ..isolate import sandbox
+from ..compile.build import cache_dir_of, manifest_key, read_manifest
+from ..core.config import Config
+from .env import git_info
+from ..core.errors import BadInput
+from ..isolate.isolation import reaping
+from .laneproc import LaneDied, LaneProc, Lanes
+from ..record.leaderboard import short_label, speedup_text, summary
+from .pipeline import PairRun, RunContext, assemble
+from ..core.precision import baseline_label
+from .progress import Progress, shorten
+from ..core.results import EvalResult, Status, with_store_time
+from ..core.solutions import Pair
+from ..core.store import Store
+
+
+def gate_in_same_rounds(cfg: Config, device: str) -> bool:
+    """Whether a gate's revision is timed in its pair's rounds by a yardstick worker
+    (timing.gate_yardstick: auto and on alike, on every device), else as a pair of its own,
+    compared by the two speedups (harness/record/gate.py)."""
+    return cfg.timing.enabled and cfg.timing.gate_yardstick != "off"
+
+
+class Schedule:
+    """Pairs ready for a lane, and how many builds may still add one. A lane takes a pair of the
+    problem it had last when there is one (its reference timings and ground truth are warm). A
+    pair with a yardstick (the CI gate's solution at a revision: PairRun.yardstick) waits until
+    the yardstick's build has ended, so that its lane can time it with the yardstick's libraries."""
+
+    def __init__(self, order: dict[int, int], after: dict[int, PairRun] | None = None):
+        self.cv = threading.Condition()
+        self.ready: list[PairRun] = []
+        self.parked: list[PairRun] = []   # built, waiting for their yardstick's build
+        self.ended: set[int] = set()      # runs whose build ended (or was in the manifest)
+        self.after = after or {}          # id(run) -> the run whose build it waits for
+        self.building = 0
+        self.order = order
+
+    def expect(self, builds: int) -> None:
+        with self.cv:
+            self.building += builds
+
+    def built(self, run: PairRun, ok: bool) -> None:
+        """`run`'s build step ended: ready for a lane when `ok` (else its result is recorded)."""
+        with self.cv:
+            self.building -= 1
+            self._ended(run, ok)
+
+    def put(self, run: PairRun, ok: bool = True) -> None:
+        """A run the build manifest already records (built: ready when `ok`)."""
+        with self.cv:
+            self._ended(run, ok)
+
+    def _ended(self, run: PairRun, ok: bool) -> None:
+        self.ended.add(id(run))
+        if ok:
+            self.parked.append(run)
+        for waiting in list(self.parked):
+            dependency = self.after.get(id(waiting))
+            if dependency is None or id(dependency) in self.ended:
+                self.parked.remove(waiting)
+                self.ready.append(waiting)
+        self.cv.notify_all()
+
+    def more(self) -> bool:
+        """Whether a pair may still be handed out after those already taken."""
+        with self.cv:
+            return bool(self.ready or self.parked) or self.building > 0
+
+    def take(self, last_problem: str | None) -> PairRun | None:
+        with self.cv:
+            while not self.ready and self.building > 0:
+                self.cv.wait()
+            if not self.ready:
+                return None
+            same = [r for r in self.ready if r.pair.problem.id == last_problem]
+            pick = min(same or self.ready, key=lambda r: self.order[id(r)])
+            self.ready.remove(pick)
+            return pick
+
+    @property
+    def left(self) -> list[PairRun]:
+        """What no lane took (every lane died)."""
+        with self.cv:
+            return self.ready + self.parked
+
+
+def pair_line(result: EvalResult, done: int, total: int, width: int | None = None) -> str:
+    """A finished pair's progress line; with `width` (a terminal) its names short, the line cut to
+    fit (the result file holds everything)."""
+    problem, solution = result.problem["id"], result.solution["name"]
+    if width is not None:
+        problem, solution = short_label(problem, 24), short_label(solution, 14)
+    return shorten(f"[{done}/{total}] {problem} / {solution}: {_describe(result)}", width)
+
+
+def _describe(result: EvalResult) -> str:
+    t = result.timing or {}
+    parts = [result.status.value]
+    if "speedup" in t:
+        base = t[t["baseline"]]
+        label = baseline_label(t["baseline"], result.precision, (result.env or {}).get("device", "cuda"))
+        parts.append(f"{t['solution']['median_ms']:.3f} ms vs {base['median_ms']:.3f} ms "
+                     f"ref{f' ({label})' if label else ''} ({speedup_text(t['speedup'], t.get('speedup_ci'))})")
+    parts.append(result.message)
+    return "  ".join(parts)
+
+
+def open_lanes(cfg: Config, plan: sandbox.Plan):
+    """This host's lanes, or a Ray cluster's (`cluster: ray`); their workers sandboxed as `plan` says."""
+    if cfg.cluster == "ray":
+        from .cluster import RayLanes
+        return RayLanes(cfg, plan)
+    return Lanes(cfg, plan)
+
+
+class CheckoutChanged(RuntimeError):
+    """Files the harness runs from changed during the run: its verdicts cannot be trusted."""
+
+    def __init__(self, changed: list[str], results: list[EvalResult]):
+        self.changed, self.results = changed, results
+        super().__init__(f"harness_error: the checkout changed during the run ({', '.join(changed)}); its results "
+                         f"cannot be trusted")
+
+
+def checkout_files(pairs: list[Pair], cfg: Config) -> list[Path]:
+    """What the run's verdicts rest on: the harness, the CLI, the problem files, the config."""
+    files = sorted((REPO_ROOT / "harness").rglob("*.py")) + [REPO_ROOT / "run_eval.py"]
+    files += sorted({p.problem.path for p in pairs})
+    if cfg.source and Path(cfg.source).is_file():
+        files.append(Path(cfg.source))
+    return files
+
+
+def digest(files: list[Path]) -> dict[str, str]:
+    found = {}
+    for path in files:
+        try:
+            found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            found[str(path)] = "missing"
+    return found
+
+
+def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
+             out: Callable[[str], None] = print, lanes: Lanes | None = None,
+             width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
+             ) -> list[EvalResult]:
+    """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
+    `yardsticks`: (problem id, solution name) of a pair -> that of another pair of the run, the
+    same solution at a revision (the CI gate's --baseline-rev): timed in the first's rounds, and
+    itself judged for correctness only (harness/run/rounds.py ReferenceRounds); where its sources are
+    the first's, it is not run at all (no result): the first's yardstick times its own code as then.
+    The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
+    raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
+    files = checkout_files(pairs, cfg)
+    before = digest(files)
+    results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width,
+                        yardsticks=yardsticks)
+    changed = [name for name, sha in digest(files).items() if sha != before[name]]
+    if changed:
+        shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
+        Store(cfg.results_dir, run_id).write_manifest({"checkout_changed": shown})
+        raise CheckoutChanged(shown, results)
+    return results
+
+
+def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
+              lanes: Lanes | None, width: int | None = None,
+              yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None) -> list[EvalResult]:
+    cache_dir = cache_dir_of(cfg)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
+    plan = sandbox.prepare(cfg, sorted({p.solution.path.parent for p in pairs} | {p.problem.path for p in pairs}))
+    lanes = lanes or open_lanes(cfg, plan)
+    try:
+        first = lanes.first
+        try:
+            info = first.hello()
+        except LaneDied as exc:
+            raise RuntimeError(f"the evaluation lane could not start: {exc}\n{exc.detail}") from None
+        if cfg.device == "cuda" and not info["has_cuda"]:
+            raise BadInput("--device", "cuda was requested but this machine has no usable CUDA device")
+        # what the lane's first sandboxed worker could not keep (harness/run/lane.py check_sandbox)
+        sandbox.check_mode(plan, info.get("sandbox", {}).get("left_out", []), out)
+        count = lanes.capacity(info)
+        wanted = cfg.gpus or count
+        if info["device"] != "cuda" and cfg.gpus > count:
+            raise BadInput("--gpus", f"{cfg.gpus} lanes need CUDA devices; this run is on the CPU"
+                                     + ("" if count == 1 else f" and {lanes.where} has room for {count} CPU lanes"))
+        if wanted > count:
+            raise BadInput("--gpus", f"{wanted} GPUs requested, {lanes.where} has {count}"
+                                     + (f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']})"
+                                        if os.environ.get("CUDA_VISIBLE_DEVICES") and cfg.cluster != "ray" else ""))
+        extra = {p.problem.id: problems.extra_shapes_for(p.problem, cfg.correctness.extra_shapes) for p in pairs}
+        first.validate(pairs, extra, cfg.source)
+        lanes.add(wanted, info)
+        with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks)
+    finally:
+        lanes.close()
+
+
+def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
+         info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
+         width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
+         ) -> list[EvalResult]:
+    device = info["device"]
+    lanes = fleet.all
+    # The CI gate's solutions unchanged since the revision (the same sources, helpers included) are
+    # not judged twice: the revision's pair leaves the run, and the pair's yardstick worker times
+    # its own solution as both then and now (harness/run/worker.py run_yardstick).
+    unchanged: dict[tuple[str, str], tuple[str, str]] = {}   # now's key -> then's, left out of the run
+    if yardsticks and gate_in_same_rounds(cfg, device):
+        by_pair = {(p.problem.id, p.solution.name): p for p in pairs}
+        for now_key, then_key in yardsticks.items():
+            now_pair, then_pair = by_pair.get(now_key), by_pair.get(then_key)
+            if now_pair and then_pair and now_pair.solution.sources_sha256 == then_pair.solution.sources_sha256:
+                unchanged[now_key] = then_key
+        pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in set(unchanged.values())]
+    Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
+    store = Store(cfg.results_dir, run_id)
+    base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
+    done: dict[str, EvalResult] = {}
+    pending: list[Pair] = []
+    for pair in pairs:
+        previous = store.recorded(pair) if resume else None
+        if previous is not None:
+            done[previous.key] = previous
+        else:
+            pending.append(pair)
+    secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
+    store.write_manifest({"run_id": run_id, "device": device, "arch": info["arch"], "config": cfg.to_dict(),
+                          "config_file": cfg.source, "pairs": [f"{p.problem.id}__{p.solution.name}" for p in pairs],
+                          "git": base_env["git"], "cluster": cfg.cluster, "lanes": [lane.gpu for lane in lanes],
+                          "gpu_names": info.get("gpu_names", [])[:len(lanes)] if device == "cuda" else []})
+    if done:
+        out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
+    store.write_manifest({"secret_seed": secret})
+    total = len(pairs)
+    cores = os.cpu_count() or 1
+    jobs = cfg.build.jobs or fleet.build_slots()
+    ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
+                     work_root=fleet.work / "pairs", secret=secret,
+                     build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
+                     torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
+    runs = [PairRun(ctx, p) for p in pending]
+    lock = threading.Lock()
+    off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
+    manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device,
+                                        present=fleet.built) for run in runs if id(run) not in off_device}
+    to_build = [run for run in runs if id(run) not in off_device and manifests[id(run)] is None]
+    if pending:
+        workers = max(1, min(jobs, len(to_build) or 1))
+        gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
+        precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
+        other = f", {len(off_device)} written for another device (DEVICES)" if off_device else ""
+        out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
+            f"{workers} worker(s), {len(pending) - len(to_build) - len(off_device)} already built{other}")
+    progress = Progress(out, len(pending), len(to_build), width=width)
+
+    def record(result: EvalResult) -> None:
+        start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
+        json.dumps(result.to_dict(), indent=1, default=str)
+        result = with_store_time(result, time.monotonic() - start)
+        with lock:
+            store.write(result)
+            done[result.key] = result
+            progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
+
+    by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
+    for now_key, then_key in (yardsticks or {}).items():
+        if now_key in by_key and then_key in by_key and gate_in_same_rounds(cfg, device):
+            by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
+        elif now_key in by_key and now_key in unchanged:
+            by_key[now_key].unchanged_since = unchanged[now_key][1]
+    schedule = Schedule({id(r): i for i, r in enumerate(runs)},
+                        {id(r): r.yardstick for r in runs if r.yardstick is not None})
+    for run in runs:
+        if id(run) in off_device:  # the file declares other DEVICES: skipped, nothing of it run
+            record(assemble(run.job(), Status.SKIPPED, off_device[id(run)], phase="build", phases={}, gpu_s=0.0,
+                            own_s=0.0))
+            schedule.put(run, ok=False)
+            continue
+        manifest = manifests[id(run)]
+        if manifest is not None:
+            run.extensions = manifest.get("extensions", [])
+        if manifest is not None and manifest.get("skipped"):
+            record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
+                            own_s=0.0))
+            schedule.put(run, ok=False)
+        elif manifest is not None:
+            run.build_ok = True
+            schedule.put(run)
+    schedule.expect(len(to_build))
+    # Identical sources (the same manifest key) build once: the first pair's build step runs, the
+    # others take what it built. Where it fails, each runs its own (its messages name its own file).
+    same: dict[str, list[PairRun]] = {}
+    for run in to_build:
+        same.setdefault(manifest_key(run.pair.solution, ctx.torch_version, ctx.arch, device), []).append(run)
+    leaders = [group[0] for group in same.values()]
+
+    def build_one(run: PairRun) -> EvalResult | None:
+        try:
+            result = fleet.build(run)
+        except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
+            result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
+                              phases={}, gpu_s=0.0, own_s=run.build_s)
+        progress.build_done()
+        if result is not None:
+            record(result)
+        run.build_ok = result is None
+        schedule.built(run, run.build_ok)
+        return result
+
+    def build(leader: PairRun) -> None:
+        result = build_one(leader)
+        for run in same[manifest_key(leader.pair.solution, ctx.torch_version, ctx.arch, device)][1:]:
+            if result is None:
+                run.extensions, run.build_ok = leader.extensions, True
+                progress.build_done()
+                schedule.built(run, True)
+            elif result.status is Status.SKIPPED:  # e.g. CUDA sources on a CPU run: so are these
+                progress.build_done()
+                record(assemble(run.job(), Status.SKIPPED, result.message, phase="build", phases={}, gpu_s=0.0,
+                                own_s=0.0))
+                schedule.built(run, False)
+            else:
+                build_one(run)
+
+    backstop = cfg.timeouts.build_s + cfg.timeouts.run_s + cfg.timeouts.judge_s + 120.0
+
+    def lane_loop(lane: LaneProc) -> None:
+        last = None
+        if lane.proc is None:
+            try:
+                lane.start()
+            except LaneDied as exc:
+                out(f"warning: {exc}; the other lanes go on")
+                return
+            left_out = lane.info.get("sandbox", {}).get("left_out", [])
+            if left_out != info.get("sandbox", {}).get("left_out", []):
+                if cfg.sandbox == "required":
+                    progress.line(f"warning: lane {lane.index}: sandbox: required, and {'; '.join(left_out)}; "
+                                  f"the other lanes go on")
+                    lane.stop()
+                    return
+                progress.line(f"warning: lane {lane.index}: sandbox: auto; running without {'; '.join(left_out)}")
+        while True:
+            run = schedule.take(last)
+            if run is None:
+                return
+            last = run.pair.problem.id
+            run.attempts += 1
+            job = {**run.job(), "more": schedule.more(), "artifacts": fleet.artifacts(run)}
+            started = time.monotonic()
+            try:
+                result = EvalResult.from_dict(lane.run(job, backstop))
+            except LaneDied as exc:
+                progress.line(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
+                if run.attempts < 2:
+                    schedule.put(run)
+                else:
+                    job.pop("artifacts", None)
+                    record(assemble(job, Status.CRASHED, f"the lane evaluating this pair died twice: {exc}",
+                                    exc.detail, phase="judge", phases={"build_s": run.build_s}, gpu_s=0.0,
+                                    own_s=run.build_s + time.monotonic() - started))
+                try:
+                    lane.start()
+                except LaneDied as again:
+                    progress.line(f"warning: {again}; the other lanes go on")
+                    return
+                continue
+            record(result)
+
+    threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))) as pool:
+        list(pool.map(build, leaders))
+    for thread in threads:
+        thread.join()
+    leftover = schedule.left
+    for run in leftover:  # every lane died for good
+        record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
+                        phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))
+    progress.close()
+    results = [done[k] for k in sorted(done)]
+    store.write_manifest({"summary": summary(results), "lanes_seen": [fleet.describe(lane) for lane in lanes]})
+    logs = store.dir / "logs"  # the lanes' own logs (each pair's worker log tail is in its result)
+    for lane in lanes:
+        for log in sorted(lane.work_dir.glob("lane-*.log")):
+            logs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
+    return results
