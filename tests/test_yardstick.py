@@ -91,7 +91,7 @@ def rounds_with(yardstick, rounds: int, **timing):
 
     from harness.run.rounds import ReferenceRounds
     r = object.__new__(ReferenceRounds)
-    r.lane, r.cpus, r.calls, r.yardstick = SimpleNamespace(device="cpu"), None, 10, yardstick
+    r.lane, r.cpus, r.calls, r.yardstick, r.settled = SimpleNamespace(device="cpu"), None, 10, yardstick, 0
     r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, **timing}
     for n in range(rounds):
         r._yardstick_round(n)

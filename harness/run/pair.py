@@ -129,7 +129,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
             try:  # the solution's worker ended: the gate's rounds, where they cannot yet decide, go on
                 if not w.timeout and not w.broken and outcome.returncode == 0:
                     t0 = time.monotonic()
-                    rounds.settled = rounds.settle()
+                    rounds.settle()
                     w.rounds_s += time.monotonic() - t0
             finally:
                 rounds.release()

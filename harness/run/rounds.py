@@ -256,7 +256,7 @@ class ReferenceRounds:
         rounds are done (the interval looked at every SETTLE_STEP rounds). A launch-bound
         solution's blocks vary by several percent from round to round, and ten rounds could not
         tell a 10% slowdown from none; a problem whose ten rounds decide pays nothing. Returns the
-        rounds added."""
+        rounds added (also counted in `settled`)."""
         from ..verdict.timing import ratio_interval
         y = self.yardstick
         most, share = int(self.t.get("gate_max_rounds", 0)), float(self.t.get("gate_precision", 0.025))
@@ -273,6 +273,7 @@ class ReferenceRounds:
                     break
             self._yardstick_round(done)
             added += 1
+        self.settled += added
         return added
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
@@ -354,11 +355,11 @@ class ReferenceRounds:
                 "same_sources": bool(self.job["yardstick"].get("same_sources"))}
         if y.by_role.get("now"):
             then["now"] = y.stats(self.timer_name, "now")
+        elif y.versions.get("now_failed"):
+            then["now_failed"] = y.versions["now_failed"]
         then["pair_rounds"] = list(self.pair_rounds)
         if self.settled:
             then["settled_rounds"] = self.settled
-        elif y.versions.get("now_failed"):
-            then["now_failed"] = y.versions["now_failed"]
         return {"yardstick": then}
 
 
