@@ -206,6 +206,15 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     assert settled_as_said(y) and not y["same_sources"]
     assert y["solution"] == then.solution["name"] and then.status is Status.OK
     assert "solution" not in (then.timing or {}) and then.config["timing"]["enabled"] is False
+    # where the gate's time went: every yardstick call handed over (the solution's procedure)
+    assert y["cost"]["handed_over"] and y["cost"]["handoff_s"] > 0 and y["cost"]["blocks_s"] >= y["cost"]["calls_s"] > 0
+    # timing.gate_handoff off: then and now in one process, neither handed over, the slowdown still called
+    rc, out = check(*args, "--set", "timing.gate_handoff=off", "--results-dir", str(tmp_path / "r4"))
+    assert rc == 1 and "more than 5% lower" in out and "in one process" in out, out
+    (run,) = [d for d in (tmp_path / "r4").iterdir() if d.is_dir()]
+    now = [r for r in load_run(run) if "@" not in r.solution["name"]][0]
+    cost = now.timing["yardstick"]["cost"]
+    assert not cost["handed_over"] and cost["handoff_s"] == 0 and cost["calls_s"] > 0, cost
     rc, out = check(*args[:-1], "no-such-rev", "--results-dir", str(tmp_path / "r3"))
     assert rc == 2 and "'no-such-rev' is not a revision of" in out, out
 

@@ -108,6 +108,10 @@ class TimingConfig:
     # timing (timing.rounds) do not make the gate dearer
     gate_rounds: int = 10
     gate_precision: float = 0.025
+    # check --baseline-rev with the yardstick: off, where now is beside then, the yardstick's calls
+    # are not handed to the lane (then and now alike; their outputs were never judged), which a
+    # launch-bound solution's block pays about 1 ms a call for. on keeps the solution's procedure.
+    gate_handoff: str = "on"
     # the timed inputs moved to newly allocated memory before each block of the rounds, in every
     # worker alike (harness/verdict/timing.py LiveInputs): a process's memory can be slower or faster
     # than another's for the whole run, an offset no round sees. auto = on the CPU; on CUDA not
@@ -279,6 +283,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.pin_cpu must be auto, on or off, got {t.pin_cpu!r}")
     if t.move_inputs not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.move_inputs must be auto, on or off, got {t.move_inputs!r}")
+    if t.gate_handoff not in ("on", "off"):
+        raise BadInput(where, f"timing.gate_handoff must be on or off, got {t.gate_handoff!r}")
     if t.gate_yardstick not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
     if t.gate_rounds < 2:

@@ -36,6 +36,8 @@ class BlockWorker:
         self.gpu_s = 0.0
         self.failed = ""
         self.versions: dict[str, Any] = {}   # a yardstick worker's "versions" event (the roles it serves)
+        self.wall_s = 0.0      # the lane's time in its blocks: asked to reported (the set-up a first block waits for too)
+        self.handoff_s = 0.0   # ... of it taking the handed-over outputs
 
     def pause(self) -> None:
         if self.spare is not None:
@@ -49,10 +51,12 @@ class BlockWorker:
             if cpus is not None:
                 placement.pin(self.spare.pid, cpus)
             signal_spare(self.spare, signal.SIGCONT)
+            start = time.monotonic()
             try:
                 block = self._serve(role, calls)
             finally:
                 self.pause()
+                self.wall_s += time.monotonic() - start
         except ChannelClosed as exc:
             self.failed = f"the {self.what} failed: {exc}"
             return False
@@ -87,7 +91,9 @@ class BlockWorker:
             if event == "versions":
                 self.versions = message
             if event == "output":
+                t0 = time.monotonic()
                 self.lane.take(spare, message, payload, self.sink)
+                self.handoff_s += time.monotonic() - t0
 
     def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
         """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""
@@ -161,7 +167,8 @@ class ReferenceRounds:
             try:
                 spare.channel.send({"op": "run", "request": {
                     **_request(both, "yardstick", spare, hint),
-                    "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources"))}}})
+                    "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources")),
+                                  "quiet": self.t.get("gate_handoff", "on") == "off"}}})
             except ChannelClosed as exc:
                 self.yardstick.failed = f"the yardstick worker failed: {exc}"
 
@@ -358,6 +365,9 @@ class ReferenceRounds:
         elif y.versions.get("now_failed"):
             then["now_failed"] = y.versions["now_failed"]
         then["pair_rounds"] = list(self.pair_rounds)
+        # where the gate's time went: the lane's time in the yardstick's blocks, of it taking outputs, the calls' own
+        then["cost"] = {"blocks_s": round(y.wall_s, 3), "handoff_s": round(y.handoff_s, 3), "calls_s": round(y.gpu_s, 3),
+                        "handed_over": not y.versions.get("quiet", False)}
         if self.settled:
             then["settled_rounds"] = self.settled
         return {"yardstick": then}

@@ -24,7 +24,7 @@ from ..verdict.timing import FreshInputs, InputPool, make_timer, moves_inputs, p
 
 
 class TimedCalls:
-    def timed_calls(self, model, pool, timer):
+    def timed_calls(self, model, pool, timer, every: bool | None = None):
         """The one procedure of a timed call, the same for the solution's calls (time_model) and
         for the reference's in a reference worker (run_reference), so that the two are measured
         alike. Returns (timed, checked_call).
@@ -34,9 +34,10 @@ class TimedCalls:
         in secret (harness/verdict/sample.py TimedSample): from here a checked call and an unchecked one
         are the same until each has returned. Otherwise a timed call is the next input set
         copied in place, the call announced and timed, and `checked_call` is for the
-        `checks.timed_output_checks` calls after the timed ones (time_model)."""
+        `checks.timed_output_checks` calls after the timed ones (time_model). `every` False: no
+        call handed over, whatever the checks say (a yardstick's blocks with timing.gate_handoff off)."""
         checks = self.req["checks"]
-        every = bool(checks.get("every_timed_call"))
+        every = bool(checks.get("every_timed_call")) if every is None else every
         state: dict[str, Any] = {"out": None, "n": 0}
 
         def call() -> None:
@@ -141,8 +142,11 @@ class TimedCalls:
         no offset between two processes can bias (harness/record/gate.py). Where the two versions' sources
         are the same (`same_sources`), one import serves both. Where "now" cannot be imported next
         to "then" (two versions that claim one registry, say), "then" alone is timed, and the gate
-        compares it with the pair's own worker, within its process term ("now_failed"). It serves
-        one pair and ends."""
+        compares it with the pair's own worker, within its process term ("now_failed"). With
+        timing.gate_handoff off (the request's yardstick "quiet") and now beside then, no call's
+        output is handed to the lane, then's and now's alike: they are compared with each other
+        only, and their outputs are never judged; then alone keeps the solution's procedure, as it
+        is compared with the solution's own blocks. It serves one pair and ends."""
         problem = load_module(Path(self.req["problem_path"]))
         yardstick = self.req["yardstick"]
         then_path, now_path = Path(yardstick["then"]), Path(self.req["solution_path"])
@@ -166,11 +170,12 @@ class TimedCalls:
                 model = construct(model_new, list(problem.get_init_inputs()), self.req["seeds"]["init"],
                                   self.device, call=for_solution, dtype=self.dtype)
             models[role] = functools.partial(for_solution, model)
-        self.events.emit("versions", roles=sorted(models), same_sources=same, now_failed=now_failed)
-        self._serve_blocks(problem, models, lambda role: False)
+        quiet = bool(yardstick.get("quiet")) and "now" in models
+        self.events.emit("versions", roles=sorted(models), same_sources=same, now_failed=now_failed, quiet=quiet)
+        self._serve_blocks(problem, models, lambda role: False, every=False if quiet else None)
         self.events.emit("gpu_time", **self.gpu)
 
-    def _serve_blocks(self, problem, models: dict[str, Any], strict_of) -> bool:
+    def _serve_blocks(self, problem, models: dict[str, Any], strict_of, every: bool | None = None) -> bool:
         """Call each of `models` once on the timing inputs, then time the blocks the lane asks for
         ({"op": "block", "role", "calls"}; a role's first block after its warm-up calls, with the
         run's strictest backend settings where `strict_of(role)`), each role's calls into
@@ -207,7 +212,7 @@ class TimedCalls:
             with torch.no_grad(), strict_backends(run, strict_of(role)):
                 if role not in roles:
                     model = models[role] if role in models else models[""]
-                    roles[role] = self.timed_calls(model, pool, timer)[0]
+                    roles[role] = self.timed_calls(model, pool, timer, every)[0]
                     self.gpu["warmup_s"] += sum(roles[role]() for _ in range(max(1, t["warmup"]))) / 1e3
                 block = [roles[role]() for _ in range(int(op["calls"]))]
             self.gpu["timed_s"] += sum(block) / 1e3
