@@ -87,9 +87,9 @@ def check_parser() -> argparse.ArgumentParser:
     against.add_argument("--baseline-rev", metavar="REV",
                          help="fail on regressions against each solution as it was at this git revision, timed in "
                               "the same run (with --timing)")
-    p.add_argument("--max-regression", type=float, default=0.05,
+    p.add_argument("--max-regression", type=float, default=None,
                    help="a regression is called when the whole confidence interval of speedup now / speedup then "
-                        "lies this much below 1 (default 0.05)")
+                        "lies this much below 1 (default: timing.gate_max_regression, 0.05)")
     p.add_argument("--allow-skipped", action="store_true", help="pass even when no pair could be evaluated here")
     p.add_argument("--wide", action="store_true", help="lines and the table in full (wider than 120 columns)")
     return p
@@ -328,11 +328,16 @@ def nothing_evaluated(results: list) -> str:
 def cmd_check(argv: list[str]) -> int:
     from harness.cli.check import run_check
     args = check_parser().parse_args(argv)
-    cfg = configured(args, **({} if args.timing else {"timing.enabled": False}))
+    extra = {} if args.timing else {"timing.enabled": False}
+    if args.max_regression is not None:
+        if not 0 < args.max_regression < 1:
+            raise BadInput("--max-regression", f"expected a share in (0, 1), e.g. 0.05, got {args.max_regression}")
+        extra["timing.gate_max_regression"] = args.max_regression
+    cfg = configured(args, **extra)
     pairs = selected_pairs(args, cfg)
     width = None if args.wide else TERMINAL_WIDTH
     verdict = run_check(pairs, cfg, run_id=args.run_id or "check-" + new_run_id(), baseline=args.baseline,
-                        baseline_rev=args.baseline_rev, max_regression=args.max_regression,
+                        baseline_rev=args.baseline_rev,
                         allow_skipped=args.allow_skipped, junit=args.junit, jobs=args.jobs,
                         solution_filter=args.solution, out=printer(width), width=width)
     if verdict.nothing_evaluated and verdict.reasons == [verdict.nothing_evaluated]:

@@ -115,6 +115,14 @@ def test_an_unknown_precision_is_one_line(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_max_regression_outside_0_and_1_is_one_line(tmp_path):
+    rc, _, err = cli("check", "--problem", "elementwise_add", "--max-regression", "5", "--results-dir",
+                     str(tmp_path / "r"), tmp_path=tmp_path)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "--max-regression" in lines[0] and "got 5.0" in lines[0], err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_precision_no_solution_of_the_selection_is_written_for_is_one_line(tmp_path):
     rc, _, err = cli("--problem", "57", "--precision", "fp16", "--results-dir", str(tmp_path / "r"), tmp_path=tmp_path)
     lines = [line for line in err.splitlines() if line.strip()]

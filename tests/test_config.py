@@ -43,6 +43,7 @@ def test_unknown_top_level_key(tmp_path):
     ("timing: 5\n", "key 'timing' must be a mapping"),
     ("correctness: {trials: 0}\n", "trials must be >= 1"),
     ("a: [\n", "not valid YAML"),
+    ("timing: {gate_max_regression: 1.5}\n", "gate_max_regression must be in"),
 ])
 def test_bad_values_rejected(tmp_path, text, message):
     path = tmp_path / "c.yaml"

@@ -194,6 +194,7 @@ def test_check_against_a_git_revision_times_both_versions_in_one_run(tmp_path):
     y = now.timing["yardstick"]
     assert y["same_sources"] and y["solution"].startswith("gen@") and len(now.timing["solution"]["rounds"]) == 10
     assert settled_as_said(y)
+    assert now.config["timing"]["gate_max_regression"] == 0.5   # the flag's threshold, which settle() read too
     (folder / "gen.py").write_text(thirty_calls(source))
     rc, out = check(*args, "--results-dir", str(tmp_path / "r2"))
     assert rc == 1 and "elementwise_add / gen: " in out and "more than 5% lower" in out, out

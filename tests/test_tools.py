@@ -76,3 +76,28 @@ def test_aa_runs_reads_a_variant_as_its_name_and_its_overrides():
     assert parse_variant("default") == ("default", [])
     with pytest.raises(argparse.ArgumentTypeError, match="expected NAME"):
         parse_variant("=timing.rounds=20")
+
+
+def test_gate_replay_counts_the_rounds_the_stopping_rule_would_add(tmp_path, capsys):
+    """tools/gate_replay.py over a recorded gate run: a pair whose first 10 rounds already lie
+    above 0.95 would add none (it added 20), one whose rounds hold 0.95 throughout goes on."""
+    import json
+    import random
+
+    from tools.gate_replay import main
+    rng = random.Random(0)
+
+    def blocks(level, spread, n):
+        return [[round(level * (1 + rng.uniform(-spread, spread)), 5)] * 5 for _ in range(n)]
+
+    def result(then, now, added):
+        flat = lambda b: sorted(x for r in b for x in r)[len(b) * 5 // 2]  # noqa: E731
+        return {"timing": {"yardstick": {"rounds": then, "median_ms": flat(then), "settled_rounds": added,
+                                         "now": {"rounds": now, "median_ms": flat(now)}}}}
+    (tmp_path / "a__steady.json").write_text(json.dumps(result(blocks(1.0, 0.03, 30), blocks(1.0, 0.03, 30), 20)))
+    (tmp_path / "b__slower.json").write_text(json.dumps(result(blocks(1.0, 0.12, 30), blocks(1.053, 0.12, 30), 20)))
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("a__steady") and "added 20 would    0" in out[0], out
+    assert out[1].startswith("b__slower") and "added 20" in out[1] and "would    0" not in out[1], out
+    assert out[-1].startswith("rounds added: 40; under the rule:"), out

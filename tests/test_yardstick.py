@@ -74,13 +74,13 @@ def test_a_yardstick_block_of_short_calls_lasts_long_enough_to_have_a_steady_med
 class FakeYardstick:
     """A yardstick worker whose blocks of then and now are drawn with a spread per block."""
 
-    def __init__(self, spread: float, seed: int = 0):
+    def __init__(self, spread: float, seed: int = 0, now_slower: float = 1.0):
         import random
-        self.rng, self.spread = random.Random(seed), spread
+        self.rng, self.spread, self.now_slower = random.Random(seed), spread, now_slower
         self.failed, self.versions, self.by_role, self.served = "", {"roles": ["now", "then"]}, {}, []
 
     def serve(self, role, calls, cpus):
-        level = 1.0 + self.rng.uniform(-self.spread, self.spread)
+        level = (self.now_slower if role == "now" else 1.0) * (1.0 + self.rng.uniform(-self.spread, self.spread))
         self.by_role.setdefault(role, []).append([level * (1 + 0.001 * (i % 3)) for i in range(calls)])
         self.served.append(role)
         return True
@@ -92,14 +92,14 @@ def rounds_with(yardstick, rounds: int, **timing):
     from harness.run.rounds import ReferenceRounds
     r = object.__new__(ReferenceRounds)
     r.lane, r.cpus, r.calls, r.yardstick, r.settled = SimpleNamespace(device="cpu"), None, 10, yardstick, 0
-    r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, **timing}
+    r.timer_name = "host"
+    r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, "gate_max_regression": 0.05, **timing}
     for n in range(rounds):
         r._yardstick_round(n)
     return r
 
 
 def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_gate_precision():
-    from harness.verdict.timing import ratio_interval
     steady = rounds_with(FakeYardstick(0.002), 10)
     assert steady.settle() == 0 and len(steady.yardstick.by_role["then"]) == 10    # ten rounds decide: nothing added
     noisy = rounds_with(FakeYardstick(0.15), 10)
@@ -108,13 +108,46 @@ def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_ga
     assert added > 0 and len(then) == len(now) == 10 + added <= 50
     # then and now in turns as in the pair's rounds: then first in even rounds, now first in odd ones
     assert noisy.yardstick.served[20:24] == ["then", "now", "now", "then"]
-    low, high = ratio_interval(then, now, 0.95, resamples=200)
-    assert len(then) == 50 or (high - low) < (high + low) / 2 * 0.06    # stopped at the cap or once narrow enough
+    assert len(then) == 50 or noisy._gate_can_stop(then, now, 0.025)   # stopped at the cap, or decided or narrow
     capped = rounds_with(FakeYardstick(0.15), 10, gate_max_rounds=10)
     assert capped.settle() == 0                                            # gate_max_rounds <= rounds: none added
     gone = rounds_with(FakeYardstick(0.15), 10)
     gone.yardstick.failed = "it exited"
     assert gone.settle() == 0                                              # a failed yardstick is left alone
+
+
+def gate_reads(r) -> tuple[str, tuple[float, float]]:
+    """What the gate (harness/record/gate.py) calls the yardstick's rounds as the result records
+    them (BlockWorker.stats), at r's threshold, and the interval it calls it from."""
+    from types import SimpleNamespace
+
+    from harness.record.gate import same_rounds_change
+    from harness.run.rounds import BlockWorker
+    from harness.verdict.timing import change_called
+    then, now = (BlockWorker.stats(r.yardstick, "host", role) for role in ("then", "now"))
+    _, interval, one = same_rounds_change(SimpleNamespace(timing={"yardstick": {**then, "now": now}}))
+    assert one
+    return change_called(interval, r.t["gate_max_regression"]), interval
+
+
+def test_the_gate_adds_no_rounds_where_its_interval_already_decides_the_call():
+    """Ten noisy rounds leave an interval far wider than gate_precision; where all of it lies on
+    one side of 1 - gate_max_regression, more rounds could not change the gate's call, and none are
+    added; where it holds that threshold, they are, as before."""
+    # unchanged code, a 50% threshold: [~0.9, ~1.1] cannot be called slower
+    loose = rounds_with(FakeYardstick(0.15), 10, gate_max_regression=0.5)
+    assert loose.settle() == 0 and gate_reads(loose)[0] == ""
+    called, (low, high) = gate_reads(loose)
+    assert high - low > (high + low) / 2 * 0.05               # wider than gate_precision at either end
+    # now twice as slow, 5%: all of it below 0.95, already called slower
+    halved = rounds_with(FakeYardstick(0.15, now_slower=2.0), 10)
+    assert halved.settle() == 0 and gate_reads(halved)[0] == "slower"
+    # unchanged code, 5%: the interval holds 0.95, so rounds are added until it does not or is narrow
+    held = rounds_with(FakeYardstick(0.15), 10)
+    assert held.settle() > 0
+    called, (low, high) = gate_reads(held)
+    then, now = held.yardstick.by_role["then"], held.yardstick.by_role["now"]
+    assert len(then) == 50 or held._gate_can_stop(then, now, 0.025)      # at the cap, or decided or narrow
 
 
 def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():

@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..record import leaderboard, standings
 from ..isolate import sandbox
-from ..core.config import Config
+from ..core.config import Config, with_overrides
 from ..core.errors import BadInput
 from ..record.gate import Verdict, compare, compare_pairs, junit as junit_xml, step_summary
 from ..compile.lint import lint_file
@@ -69,10 +69,16 @@ def _git(where: Path, *args: str) -> str:
 
 
 def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | None = None,
-              baseline_rev: str | None = None, max_regression: float = 0.05, allow_skipped: bool = False,
+              baseline_rev: str | None = None, max_regression: float | None = None, allow_skipped: bool = False,
               junit: str | None = None, jobs: int | None = None, solution_filter: str | None = None,
               out: Callable[[str], None] = print, width: int | None = None) -> Verdict:
-    """The CI gate. `width`: a terminal's (the table and the pairs' lines fit it); None: in full."""
+    """The CI gate. `width`: a terminal's (the table and the pairs' lines fit it); None: in full.
+    `max_regression`: the threshold of a regression; None: the config's (timing.gate_max_regression),
+    which is also where the yardstick's rounds read it."""
+    if max_regression is None:
+        max_regression = cfg.timing.gate_max_regression
+    elif max_regression != cfg.timing.gate_max_regression:
+        cfg = with_overrides(cfg, {"timing.gate_max_regression": max_regression})
     files = {pair.solution.path: pair.problem for pair in pairs}
     findings = [f for path, problem in files.items() for f in lint_file(path, problem)]
     for finding in findings:

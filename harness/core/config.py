@@ -98,16 +98,21 @@ class TimingConfig:
     # pair of its own, compared by the two speedups. auto = on, on every device
     gate_yardstick: str = "auto"
     # check --baseline-rev with the yardstick: where the now/then interval of the pair's rounds is
-    # wider than gate_precision (a share of the ratio) at either end, the yardstick times more
-    # rounds of then and now alone, up to gate_max_rounds in all (<= rounds: none). A launch-bound
-    # solution's 10 rounds left intervals 5-40% wide, so a 10% slowdown was caught in 5 of 10 runs
-    # (902 / fast on the H200, docs/harness-perf.md); where 10 rounds decide, nothing is added
+    # wider than gate_precision (a share of the ratio) at either end and holds the threshold of a
+    # regression (1 - gate_max_regression), the yardstick times more rounds of then and now alone,
+    # up to gate_max_rounds in all (<= rounds: none). A launch-bound solution's 10 rounds left
+    # intervals 5-40% wide, so a 10% slowdown was caught in 5 of 10 runs (902 / fast on the H200,
+    # docs/harness-perf.md); where 10 rounds decide, nothing is added
     gate_max_rounds: int = 50
     # ... the yardstick's blocks in this many of the pair's rounds (spread evenly: of 30, every
     # third, each as many calls as the three rounds), so that more rounds for the pair's own
     # timing (timing.rounds) do not make the gate dearer
     gate_rounds: int = 10
     gate_precision: float = 0.025
+    # check: a regression is called where the whole interval of now / then lies this much below 1
+    # (run_eval.py check --max-regression sets it); the yardstick adds no rounds (gate_max_rounds)
+    # where its interval lies wholly on either side of 1 - this, since they could not change the call
+    gate_max_regression: float = 0.05
     # check --baseline-rev with the yardstick: off, where now is beside then, the yardstick's calls
     # are not handed to the lane (then and now alike; their outputs were never judged), which a
     # launch-bound solution's block pays about 1 ms a call for. on keeps the solution's procedure.
@@ -289,6 +294,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
     if t.gate_rounds < 2:
         raise BadInput(where, f"timing.gate_rounds must be >= 2, got {t.gate_rounds}")
+    if not 0 < t.gate_max_regression < 1:
+        raise BadInput(where, f"timing.gate_max_regression must be in (0, 1), got {t.gate_max_regression}")
     if t.gate_max_rounds < 0 or not 0 < t.gate_precision < 0.5:
         raise BadInput(where, f"timing.gate_max_rounds must be >= 0 and timing.gate_precision in (0, 0.5), got "
                               f"{t.gate_max_rounds} and {t.gate_precision}")

@@ -12,7 +12,7 @@ from typing import Any
 from ..core.problems import _display
 from ..core.results import EvalResult, Status
 from .standings import Entry, board_of, speedup_of
-from ..verdict.timing import ratio_interval, speedup_change_interval
+from ..verdict.timing import change_called, same_rounds_change as rounds_change, speedup_change_interval
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,8 @@ def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float
     then_rounds, now_rounds, one = shared
     t = new.timing
     ratio = t["yardstick"]["median_ms"] / (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
-    low, high = ratio_interval(then_rounds, now_rounds, confidence, seed=0)
     term = 1.0 if one else 1 + t.get("process_term", 0.0)
-    return ratio, (min(low / term, ratio), max(high * term, ratio)), one
+    return ratio, rounds_change(then_rounds, now_rounds, ratio, confidence, widen=term), one
 
 
 def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,
@@ -153,9 +152,10 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
 
 
 def _called(problem: str, label: str, said: str, interval: tuple[float, float], max_regression: float) -> Change:
-    if interval[1] < 1 - max_regression:
+    called = change_called(interval, max_regression)
+    if called == "slower":
         return Change(problem, label, "slower", f"{said}, all of it more than {max_regression:.0%} lower")
-    if interval[0] > 1 + max_regression:
+    if called == "faster":
         return Change(problem, label, "faster", f"{said}, all of it more than {max_regression:.0%} higher")
     return Change(problem, label, "within noise", f"{said}: no change called")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import signal
 import time
-from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -258,13 +257,15 @@ class ReferenceRounds:
 
     def settle(self) -> int:
         """After the solution's rounds (its worker ended): where the gate's now/then interval of
-        the rounds so far is wider than timing.gate_precision at either end, more rounds of the
-        yardstick alone, then and now in turns as before, until it is not or timing.gate_max_rounds
-        rounds are done (the interval looked at every SETTLE_STEP rounds). A launch-bound
-        solution's blocks vary by several percent from round to round, and ten rounds could not
-        tell a 10% slowdown from none; a problem whose ten rounds decide pays nothing. Returns the
-        rounds added (also counted in `settled`)."""
-        from ..verdict.timing import ratio_interval
+        the rounds so far could still change the gate's call (it holds 1 - timing.gate_max_regression,
+        the threshold of a regression) and is wider than timing.gate_precision at either end, more
+        rounds of the yardstick alone, then and now in turns as before, until it is not or
+        timing.gate_max_rounds rounds are done (looked at every SETTLE_STEP rounds). The interval
+        looked at is the gate's own (timing.same_rounds_change of the rounds and medians as
+        recorded), so the rounds stop only where the call is made. A launch-bound solution's blocks
+        vary by several percent from round to round, and ten rounds could not tell a 10% slowdown
+        from none; a problem whose ten rounds decide pays nothing. Returns the rounds added (also
+        counted in `settled`)."""
         y = self.yardstick
         most, share = int(self.t.get("gate_max_rounds", 0)), float(self.t.get("gate_precision", 0.025))
         added = 0
@@ -273,15 +274,23 @@ class ReferenceRounds:
             done = min(len(then), len(now))
             if done >= most or done < 2:
                 break
-            if added % self.SETTLE_STEP == 0:
-                ratio = median([x for b in then for x in b]) / median([x for b in now for x in b])
-                low, high = ratio_interval(then, now, self.t.get("confidence", 0.95), seed=0, resamples=200)
-                if low >= ratio * (1 - share) and high <= ratio * (1 + share):
-                    break
+            if added % self.SETTLE_STEP == 0 and self._gate_can_stop(then, now, share):
+                break
             self._yardstick_round(done)
             added += 1
         self.settled += added
         return added
+
+    def _gate_can_stop(self, then: list[list[float]], now: list[list[float]], share: float) -> bool:
+        """Whether the gate's interval of these rounds (as the result records them: rounds to 1e-5
+        ms, medians of every call) decides the call, or is within `share` of the ratio at both ends."""
+        from ..verdict.timing import regression_decided, same_rounds_change, summarize
+        recorded = [[[round(x, 5) for x in b] for b in blocks] for blocks in (then, now)]
+        medians = [summarize([x for b in blocks for x in b], self.timer_name).median_ms for blocks in (then, now)]
+        ratio = medians[0] / medians[1]
+        low, high = same_rounds_change(*recorded, ratio, float(self.t.get("confidence", 0.95)))
+        return (regression_decided((low, high), float(self.t.get("gate_max_regression", 0.05)))
+                or (low >= ratio * (1 - share) and high <= ratio * (1 + share)))
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":

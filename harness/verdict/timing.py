@@ -88,6 +88,33 @@ def ratio_interval(reference: list[list[float]], solution: list[list[float]], co
     return _interval([_resampled_ratio(rng, pairs) for _ in range(resamples)], confidence)
 
 
+def same_rounds_change(then: list[list[float]], now: list[list[float]], ratio: float, confidence: float,
+                       widen: float = 1.0) -> tuple[float, float]:
+    """The CI gate's interval of now's speed over then's (`ratio`: then's median time over now's),
+    from rounds both were timed in: the bootstrap over those rounds (ratio_interval, seed 0, 1000
+    resamples), widened at each end by `widen` (the process term, where the two were timed in two
+    processes), and never excluding the ratio itself. The yardstick's settle() looks at this very
+    interval, so its rounds stop only where the gate's call is already made."""
+    low, high = ratio_interval(then, now, confidence, seed=0)
+    return min(low / widen, ratio), max(high * widen, ratio)
+
+
+def change_called(interval: tuple[float, float], max_regression: float) -> str:
+    """What the gate calls a now/then interval: "slower" where all of it lies below 1 -
+    max_regression, "faster" where all of it lies above 1 + max_regression, else ""."""
+    if interval[1] < 1 - max_regression:
+        return "slower"
+    if interval[0] > 1 + max_regression:
+        return "faster"
+    return ""
+
+
+def regression_decided(interval: tuple[float, float], max_regression: float) -> bool:
+    """Whether more rounds could no longer change whether the gate calls "slower" for the interval
+    as it is: all of it below 1 - max_regression, or none of it."""
+    return interval[1] < 1 - max_regression or interval[0] >= 1 - max_regression
+
+
 def speedup_change_interval(new: tuple[list[list[float]], list[list[float]]],
                             old: tuple[list[list[float]], list[list[float]]], confidence: float, seed: int = 0,
                             resamples: int = 1000) -> tuple[float, float]:
