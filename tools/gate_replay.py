@@ -17,13 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.verdict.timing import regression_decided, same_rounds_change, summarize  # noqa: E402
+from harness.verdict.timing import regression_decided, same_rounds_interval, summarize  # noqa: E402
 
 
 def stops(then, now, max_regression: float, precision: float) -> tuple[bool, tuple[float, float]]:
     ratio = (summarize([x for b in then for x in b], "host").median_ms
              / summarize([x for b in now for x in b], "host").median_ms)
-    low, high = same_rounds_change(then, now, ratio, 0.95)
+    low, high = same_rounds_interval(then, now, ratio, 0.95)
     narrow = low >= ratio * (1 - precision) and high <= ratio * (1 + precision)
     return regression_decided((low, high), max_regression) or narrow, (low, high)
 

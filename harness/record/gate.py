@@ -12,7 +12,7 @@ from typing import Any
 from ..core.problems import _display
 from ..core.results import EvalResult, Status
 from .standings import Entry, board_of, speedup_of
-from ..verdict.timing import change_called, same_rounds_change as rounds_change, speedup_change_interval
+from ..verdict.timing import change_called, same_rounds_interval, speedup_change_interval
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float
     t = new.timing
     ratio = t["yardstick"]["median_ms"] / (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
     term = 1.0 if one else 1 + t.get("process_term", 0.0)
-    return ratio, rounds_change(then_rounds, now_rounds, ratio, confidence, widen=term), one
+    return ratio, same_rounds_interval(then_rounds, now_rounds, ratio, confidence, widen=term), one
 
 
 def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,

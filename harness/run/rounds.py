@@ -261,7 +261,7 @@ class ReferenceRounds:
         the threshold of a regression) and is wider than timing.gate_precision at either end, more
         rounds of the yardstick alone, then and now in turns as before, until it is not or
         timing.gate_max_rounds rounds are done (looked at every SETTLE_STEP rounds). The interval
-        looked at is the gate's own (timing.same_rounds_change of the rounds and medians as
+        looked at is the gate's own (timing.same_rounds_interval of the rounds and medians as
         recorded), so the rounds stop only where the call is made. A launch-bound solution's blocks
         vary by several percent from round to round, and ten rounds could not tell a 10% slowdown
         from none; a problem whose ten rounds decide pays nothing. Returns the rounds added (also
@@ -284,11 +284,11 @@ class ReferenceRounds:
     def _gate_can_stop(self, then: list[list[float]], now: list[list[float]], share: float) -> bool:
         """Whether the gate's interval of these rounds (as the result records them: rounds to 1e-5
         ms, medians of every call) decides the call, or is within `share` of the ratio at both ends."""
-        from ..verdict.timing import regression_decided, same_rounds_change, summarize
+        from ..verdict.timing import regression_decided, same_rounds_interval, summarize
         recorded = [[[round(x, 5) for x in b] for b in blocks] for blocks in (then, now)]
         medians = [summarize([x for b in blocks for x in b], self.timer_name).median_ms for blocks in (then, now)]
         ratio = medians[0] / medians[1]
-        low, high = same_rounds_change(*recorded, ratio, float(self.t.get("confidence", 0.95)))
+        low, high = same_rounds_interval(*recorded, ratio, float(self.t.get("confidence", 0.95)))
         return (regression_decided((low, high), float(self.t.get("gate_max_regression", 0.05)))
                 or (low >= ratio * (1 - share) and high <= ratio * (1 + share)))
 

@@ -88,7 +88,7 @@ def ratio_interval(reference: list[list[float]], solution: list[list[float]], co
     return _interval([_resampled_ratio(rng, pairs) for _ in range(resamples)], confidence)
 
 
-def same_rounds_change(then: list[list[float]], now: list[list[float]], ratio: float, confidence: float,
+def same_rounds_interval(then: list[list[float]], now: list[list[float]], ratio: float, confidence: float,
                        widen: float = 1.0) -> tuple[float, float]:
     """The CI gate's interval of now's speed over then's (`ratio`: then's median time over now's),
     from rounds both were timed in: the bootstrap over those rounds (ratio_interval, seed 0, 1000
