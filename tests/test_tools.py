@@ -101,3 +101,14 @@ def test_gate_replay_counts_the_rounds_the_stopping_rule_would_add(tmp_path, cap
     assert out[0].startswith("a__steady") and "added 20 would    0" in out[0], out
     assert out[1].startswith("b__slower") and "added 20" in out[1] and "would    0" not in out[1], out
     assert out[-1].startswith("rounds added: 40; under the rule:"), out
+
+
+def test_gpu_smoke_counts_its_tests_and_a_part_that_ran_none_fails():
+    from tools.gpu_smoke import pytest_part
+    line, failed = pytest_part("..\n15 passed, 1 skipped in 234.0s\n", 0, "tests/test_gpu_lanes.py")
+    assert failed == 0 and line == "pytest -m gpu tests/test_gpu_lanes.py: 15 passed, 0 failed, 1 skipped"
+    assert pytest_part(".F\n1 failed, 1 passed in 3.0s\n", 1, "")[1]
+    line, failed = pytest_part("\n107 deselected in 2.3s\n", 5, "-k 'nothing'")
+    assert failed and "no GPU test ran" in line           # a selection that ran nothing is no pass
+    assert pytest_part("\n3 skipped in 1.0s\n", 0, "")[1]   # nor one whose tests all skipped
+    assert pytest_part("", -9, "")[1]                      # killed: no line at all

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -75,12 +76,25 @@ def run_pairs(out: Path, log) -> tuple[int, list[str]]:
     return passed, notes
 
 
+def pytest_part(log: str, returncode: int, selection: str) -> tuple[str, int]:
+    """(its part of the summary line, failures) of the GPU tests' run: pytest's last line counted;
+    a selection that ran no test (none collected, or all skipped) is a failure, not a pass."""
+    last = log.splitlines()[-1] if log.strip() else ""
+    counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", last))
+    failed = (counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0) + (returncode not in (0, 5))
+              + (counts.get("passed", 0) == 0))
+    named = f" {selection}" if selection else ""
+    return (f"pytest -m gpu{named}: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+            f"{counts.get('skipped', 0)} skipped{'' if counts.get('passed', 0) else ' (no GPU test ran)'}"), failed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb-gpu-smoke")
     ap.add_argument("--skip-pytest", action="store_true")
     ap.add_argument("--skip-pairs", action="store_true", help="only the pytest part (a second part of a split run)")
-    ap.add_argument("--pytest-args", default="", help="passed to pytest -m gpu (a selection is named in the line)")
+    ap.add_argument("--pytest-args", default="",
+                    help="passed to pytest -m gpu, split as a shell would (-k 'not (a or b)'); named in the line")
     ap.add_argument("--commit", default="", help="the commit to name (a copy of the tree may carry no git history)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -106,15 +120,9 @@ def main() -> int:
     if not args.skip_pytest:
         with open(out / "gpu_smoke_pytest.log", "w") as log:
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                   "--durations=15", *args.pytest_args.split()], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=3600)
-        text = (out / "gpu_smoke_pytest.log").read_text()
-        last = text.splitlines()[-1] if text.strip() else ""
-        counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", last))
-        failed_tests = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0) + (proc.returncode not in (0, 5))
-        selection = f" {args.pytest_args}" if args.pytest_args else ""
-        tests = (f"pytest -m gpu{selection}: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
-                 f"{counts.get('skipped', 0)} skipped")
+                                   "--durations=15", *shlex.split(args.pytest_args)], cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT, timeout=3600)
+        tests, failed_tests = pytest_part((out / "gpu_smoke_pytest.log").read_text(), proc.returncode, args.pytest_args)
     ok = (args.skip_pairs or passed == len(PAIRS)) and not failed_tests
     pairs = "pairs: not run" if args.skip_pairs else f"pairs {passed}/{len(PAIRS)} as expected, sandboxed"
     line = (f"gpu smoke: {'PASS' if ok else 'FAIL'}; {pairs}; {tests}; "
