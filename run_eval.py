@@ -330,8 +330,8 @@ def cmd_check(argv: list[str]) -> int:
     args = check_parser().parse_args(argv)
     extra = {} if args.timing else {"timing.enabled": False}
     if args.max_regression is not None:
-        if not 0 < args.max_regression < 1:
-            raise BadInput("--max-regression", f"expected a share in (0, 1), e.g. 0.05, got {args.max_regression}")
+        if not 0 <= args.max_regression < 1:
+            raise BadInput("--max-regression", f"expected a share in [0, 1), e.g. 0.05, got {args.max_regression}")
         extra["timing.gate_max_regression"] = args.max_regression
     cfg = configured(args, **extra)
     pairs = selected_pairs(args, cfg)

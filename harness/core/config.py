@@ -294,8 +294,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.gate_yardstick must be auto, on or off, got {t.gate_yardstick!r}")
     if t.gate_rounds < 2:
         raise BadInput(where, f"timing.gate_rounds must be >= 2, got {t.gate_rounds}")
-    if not 0 < t.gate_max_regression < 1:
-        raise BadInput(where, f"timing.gate_max_regression must be in (0, 1), got {t.gate_max_regression}")
+    if not 0 <= t.gate_max_regression < 1:
+        raise BadInput(where, f"timing.gate_max_regression must be in [0, 1), got {t.gate_max_regression}")
     if t.gate_max_rounds < 0 or not 0 < t.gate_precision < 0.5:
         raise BadInput(where, f"timing.gate_max_rounds must be >= 0 and timing.gate_precision in (0, 0.5), got "
                               f"{t.gate_max_rounds} and {t.gate_precision}")
