@@ -17,15 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.verdict.timing import regression_decided, same_rounds_interval, summarize  # noqa: E402
-
-
-def stops(then, now, max_regression: float, precision: float) -> tuple[bool, tuple[float, float]]:
-    ratio = (summarize([x for b in then for x in b], "host").median_ms
-             / summarize([x for b in now for x in b], "host").median_ms)
-    low, high = same_rounds_interval(then, now, ratio, 0.95)
-    narrow = low >= ratio * (1 - precision) and high <= ratio * (1 + precision)
-    return regression_decided((low, high), max_regression) or narrow, (low, high)
+from harness.verdict.timing import gate_can_stop  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,7 +35,7 @@ def main(argv=None) -> int:
         then, now = y["rounds"], y["now"]["rounds"]
         n = min(args.first, len(then))
         while True:
-            done, (low, high) = stops(then[:n], now[:n], args.max_regression, args.precision)
+            done, (low, high) = gate_can_stop(then[:n], now[:n], 0.95, args.max_regression, args.precision)
             if done or n >= len(then):
                 break
             n += 5

@@ -284,13 +284,11 @@ class ReferenceRounds:
     def _gate_can_stop(self, then: list[list[float]], now: list[list[float]], share: float) -> bool:
         """Whether the gate's interval of these rounds (as the result records them: rounds to 1e-5
         ms, medians of every call) decides the call, or is within `share` of the ratio at both ends."""
-        from ..verdict.timing import regression_decided, same_rounds_interval, summarize
+        from ..verdict.timing import gate_can_stop, summarize
         recorded = [[[round(x, 5) for x in b] for b in blocks] for blocks in (then, now)]
         medians = [summarize([x for b in blocks for x in b], self.timer_name).median_ms for blocks in (then, now)]
-        ratio = medians[0] / medians[1]
-        low, high = same_rounds_interval(*recorded, ratio, float(self.t.get("confidence", 0.95)))
-        return (regression_decided((low, high), float(self.t.get("gate_max_regression", 0.05)))
-                or (low >= ratio * (1 - share) and high <= ratio * (1 + share)))
+        return gate_can_stop(*recorded, float(self.t.get("confidence", 0.95)),
+                             float(self.t.get("gate_max_regression", 0.05)), share, medians[0] / medians[1])[0]
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":

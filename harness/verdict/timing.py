@@ -115,6 +115,19 @@ def regression_decided(interval: tuple[float, float], max_regression: float) -> 
     return interval[1] < 1 - max_regression or interval[0] >= 1 - max_regression
 
 
+def gate_can_stop(then: list[list[float]], now: list[list[float]], confidence: float, max_regression: float,
+                  precision: float, ratio: float | None = None) -> tuple[bool, tuple[float, float]]:
+    """(whether the yardstick's rounds may stop, the interval): the gate's interval of these rounds
+    (as the result records them) decides the call (regression_decided), or lies within `precision`
+    of `ratio` (then's median over now's; by default of these rounds) at both ends."""
+    if ratio is None:
+        ratio = (summarize([x for b in then for x in b], "host").median_ms
+                 / summarize([x for b in now for x in b], "host").median_ms)
+    low, high = same_rounds_interval(then, now, ratio, confidence)
+    narrow = low >= ratio * (1 - precision) and high <= ratio * (1 + precision)
+    return regression_decided((low, high), max_regression) or narrow, (low, high)
+
+
 def speedup_change_interval(new: tuple[list[list[float]], list[list[float]]],
                             old: tuple[list[list[float]], list[list[float]]], confidence: float, seed: int = 0,
                             resamples: int = 1000) -> tuple[float, float]:
