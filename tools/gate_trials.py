@@ -117,7 +117,7 @@ def trial(repo: Path, args, results: Path, index: int, log: Path | None = None) 
         if path.name != "run.json":
             data = json.loads(path.read_text())
             sides["then" if "@" in data["solution"]["name"] else "now"] = data
-    said = re.search(r"x([0-9.]+), 95% CI \[([0-9.]+), ([0-9.]+)\]", text)
+    said = re.search(r"x([0-9.]+)(?: \(the rounds. median\))?, 95% CI \[([0-9.]+), ([0-9.]+)\]", text)
     if said is None:  # no change called: read the ratio from the two results
         found = {side: (data.get("timing") or {}).get("speedup") for side, data in sides.items()}
         ratio = found["now"] / found["then"] if found.get("now") and found.get("then") else None

@@ -12,7 +12,7 @@ from typing import Any
 from ..core.problems import _display
 from ..core.results import EvalResult, Status
 from .standings import Entry, board_of, speedup_of
-from ..verdict.timing import change_called, same_rounds_interval, speedup_change_interval
+from ..verdict.timing import change_called, same_rounds_ratio, speedup_change_interval
 
 
 @dataclass(frozen=True)
@@ -90,19 +90,18 @@ def shared_rounds(new: EvalResult) -> tuple[list, list, bool] | None:
 
 
 def same_rounds_change(new: EvalResult, confidence: float = 0.95) -> tuple[float, tuple[float, float], bool] | None:
-    """now's speed over then's, (ratio, interval, in one process), from the rounds both shared: the
-    ratio of then's median time to now's, its interval a bootstrap over the shared rounds
-    (timing.ratio_interval). Timed in one process (the yardstick worker's two models) that is all;
-    timed in two (then in the yardstick worker, now in the solution's), the interval is widened at
-    each end by the process term (timing.process_term)."""
+    """now's speed over then's, (ratio, interval, in one process), from the rounds both shared
+    (timing.same_rounds_ratio): the median over those rounds of each round's then/now, its
+    interval a bootstrap over the rounds. Timed in one process (the yardstick worker's two models)
+    that is all; timed in two (then in the yardstick worker, now in the solution's), the interval
+    is widened at each end by the process term (timing.process_term)."""
     shared = shared_rounds(new)
     if shared is None:
         return None
     then_rounds, now_rounds, one = shared
-    t = new.timing
-    ratio = t["yardstick"]["median_ms"] / (t["yardstick"]["now"] if one else t["solution"])["median_ms"]
-    term = 1.0 if one else 1 + t.get("process_term", 0.0)
-    return ratio, same_rounds_interval(then_rounds, now_rounds, ratio, confidence, widen=term), one
+    term = 1.0 if one else 1 + new.timing.get("process_term", 0.0)
+    ratio, interval = same_rounds_ratio(then_rounds, now_rounds, confidence, widen=term)
+    return ratio, interval, one
 
 
 def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_regression: float,
@@ -112,7 +111,8 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
     now / then lies below 1 - max_regression (faster: above 1 + max_regression); a pair of then
     that is missing now (`now` None). Where now was timed with then in the same rounds (the CI
     gate's --baseline-rev), now / then is the ratio of their times in those rounds
-    (same_rounds_change); else the ratio of the two speedups (change_interval)."""
+    (same_rounds_change: the median of the rounds' then/now); else the ratio of the two speedups
+    (change_interval)."""
     changes: list[Change] = []
     for new, old, label in pairs:
         problem = old.problem["id"]
@@ -138,7 +138,7 @@ def compare_pairs(pairs: list[tuple[EvalResult, EvalResult | None, str]], max_re
             more = f" and {added} more of the two alone" if added else ""
             said = (f"{where}: {now_ms:.4g} ms against the baseline's {t['yardstick']['median_ms']:.4g} ms in the "
                     f"same {len(t['yardstick']['rounds']) - added} rounds{more}{', in one process' if one else ''}: "
-                    f"x{ratio:.3f}, {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
+                    f"x{ratio:.3f} (the rounds' median), {confidence:.0%} CI [{interval[0]:.3f}, {interval[1]:.3f}]")
             changes.append(_called(problem, label, said, interval, max_regression))
             continue
         interval = change_interval(new, old, confidence)

@@ -261,7 +261,7 @@ class ReferenceRounds:
         the threshold of a regression) and is wider than timing.gate_precision at either end, more
         rounds of the yardstick alone, then and now in turns as before, until it is not or
         timing.gate_max_rounds rounds are done (looked at every SETTLE_STEP rounds). The interval
-        looked at is the gate's own (timing.same_rounds_interval of the rounds and medians as
+        looked at is the gate's own (timing.same_rounds_ratio of the rounds as
         recorded), so the rounds stop only where the call is made. A launch-bound solution's blocks
         vary by several percent from round to round, and ten rounds could not tell a 10% slowdown
         from none; a problem whose ten rounds decide pays nothing. Returns the rounds added (also
@@ -283,12 +283,11 @@ class ReferenceRounds:
 
     def _gate_can_stop(self, then: list[list[float]], now: list[list[float]], share: float) -> bool:
         """Whether the gate's interval of these rounds (as the result records them: rounds to 1e-5
-        ms, medians of every call) decides the call, or is within `share` of the ratio at both ends."""
-        from ..verdict.timing import gate_can_stop, summarize
+        ms) decides the call, or is within `share` of the ratio at both ends."""
+        from ..verdict.timing import gate_can_stop
         recorded = [[[round(x, 5) for x in b] for b in blocks] for blocks in (then, now)]
-        medians = [summarize([x for b in blocks for x in b], self.timer_name).median_ms for blocks in (then, now)]
         return gate_can_stop(*recorded, float(self.t.get("confidence", 0.95)),
-                             float(self.t.get("gate_max_regression", 0.05)), share, medians[0] / medians[1])[0]
+                             float(self.t.get("gate_max_regression", 0.05)), share)[0]
 
     def _wait_idle(self, limit_s: float = 2.0) -> None:
         if self.lane.device != "cuda":

@@ -88,15 +88,35 @@ def ratio_interval(reference: list[list[float]], solution: list[list[float]], co
     return _interval([_resampled_ratio(rng, pairs) for _ in range(resamples)], confidence)
 
 
-def same_rounds_interval(then: list[list[float]], now: list[list[float]], ratio: float, confidence: float,
-                       widen: float = 1.0) -> tuple[float, float]:
-    """The CI gate's interval of now's speed over then's (`ratio`: then's median time over now's),
-    from rounds both were timed in: the bootstrap over those rounds (ratio_interval, seed 0, 1000
-    resamples), widened at each end by `widen` (the process term, where the two were timed in two
-    processes), and never excluding the ratio itself. The yardstick's settle() looks at this very
-    interval, so its rounds stop only where the gate's call is already made."""
-    low, high = ratio_interval(then, now, confidence, seed=0)
-    return min(low / widen, ratio), max(high * widen, ratio)
+def round_ratios(then: list[list[float]], now: list[list[float]]) -> list[float]:
+    """Each shared round's then/now: the median of then's block over the median of now's."""
+    medians = [(statistics.median(a), statistics.median(b)) for a, b in _paired(then, now)]
+    return [a / b for a, b in medians if b > 0]
+
+
+def same_rounds_ratio(then: list[list[float]], now: list[list[float]], confidence: float, widen: float = 1.0,
+                      seed: int = 0, resamples: int = 1000) -> tuple[float, tuple[float, float]]:
+    """The CI gate's now/then, (ratio, interval), from rounds both were timed in: the median over
+    the rounds of each round's then/now (round_ratios), and its interval a bootstrap over those
+    rounds (seed 0, 1000 resamples), widened at each end by `widen` (the process term, where the
+    two were timed in two processes) and never excluding the ratio itself.
+
+    Per round, not pooled: a launch-bound call's time moves with the host CPU's state, which can
+    change within a round, so that one block of a round runs 1.5-2x slower than its partner
+    (902 / fast on the H200: blocks of 0.08 and 0.14 ms). The ratio of the two pooled medians
+    moves with how many such blocks each side drew (x0.884 for unchanged code, [0.803, 0.996]);
+    the median of the rounds' ratios sets those rounds aside (x0.999, [0.990, 1.011]). Over 54
+    recorded pairs of unchanged code the rounds' median gave intervals of median width 3.1%
+    against 5.4%, 53 of 54 holding 1.0 against 51 (docs/harness-perf.md). The yardstick's
+    settle() looks at this very interval, so its rounds stop only where the gate's call is made."""
+    ratios = round_ratios(then, now)
+    if not ratios:
+        return float("nan"), (float("nan"), float("nan"))
+    ratio = statistics.median(ratios)
+    rng = random.Random(seed)
+    low, high = _interval([statistics.median([ratios[rng.randrange(len(ratios))] for _ in ratios])
+                           for _ in range(resamples)], confidence)
+    return ratio, (min(low / widen, ratio), max(high * widen, ratio))
 
 
 def change_called(interval: tuple[float, float], max_regression: float) -> str:
@@ -116,14 +136,11 @@ def regression_decided(interval: tuple[float, float], max_regression: float) -> 
 
 
 def gate_can_stop(then: list[list[float]], now: list[list[float]], confidence: float, max_regression: float,
-                  precision: float, ratio: float | None = None) -> tuple[bool, tuple[float, float]]:
+                  precision: float) -> tuple[bool, tuple[float, float]]:
     """(whether the yardstick's rounds may stop, the interval): the gate's interval of these rounds
-    (as the result records them) decides the call (regression_decided), or lies within `precision`
-    of `ratio` (then's median over now's; by default of these rounds) at both ends."""
-    if ratio is None:
-        ratio = (summarize([x for b in then for x in b], "host").median_ms
-                 / summarize([x for b in now for x in b], "host").median_ms)
-    low, high = same_rounds_interval(then, now, ratio, confidence)
+    (as the result records them; same_rounds_ratio) decides the call (regression_decided), or lies
+    within `precision` of its ratio at both ends."""
+    ratio, (low, high) = same_rounds_ratio(then, now, confidence)
     narrow = low >= ratio * (1 - precision) and high <= ratio * (1 + precision)
     return regression_decided((low, high), max_regression) or narrow, (low, high)
 
