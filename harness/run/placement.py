@@ -14,6 +14,13 @@ worker cannot move itself back out (the sandbox's seccomp filter refuses sched_s
 harness/isolate/jail.py); the lane still reads every thread's CPUs after each block and a thread found
 elsewhere is recorded (`strays`) and judged by `checks.placement`.
 
+Each lane claims its timing CPU on the whole host (`claim`: an exclusive flock on a file of
+that CPU's, /tmp/kb-timing-cpu-N.lock, held for the lane process's life), so that harness runs
+started side by side on one host, one per GPU (CUDA_VISIBLE_DEVICES=i python run_eval.py ...),
+do not all take the top CPU: four such runs on one host, each its lane 0, pinned every timed
+worker to one CPU, and a launch-bound pair's blocks there jumped between 0.08 and 0.14 ms as the
+others' blocks came and went (902 / fast on a 4-GPU H200 host, docs/harness-perf.md).
+
 Workers also start without address-space randomization (`fixed_layout`): with it, two fresh
 processes on one CPU still launched the same work up to 5% apart for their whole lives (where
 their memory landed), and without it 1-3% (H200, tools/probe_launch.py `same:3` against
@@ -23,8 +30,10 @@ that runs there is the solution's own.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 
 ADDR_NO_RANDOMIZE = 0x0040000
@@ -60,12 +69,57 @@ def timing_cpus(setting: str, device: str, lane_index: int, cpus: frozenset[int]
     """The lane's timing CPU, or None where the timed processes are not pinned: `setting`
     (timing.pin_cpu) off; auto on a CPU lane (its workers' torch uses several CPUs, which one
     CPU would change); or a lane that may use fewer than 2 CPUs. Lane i takes the i-th CPU from the
-    top of what it may use, so that lanes on one host do not share one."""
+    top of what it may use, so that lanes of one run do not share one, or where another lane on the
+    host (of this run or another) has claimed that CPU the next one down that none has (`claim`)."""
     cpus = allowed() if cpus is None else cpus
     if setting == "off" or (setting == "auto" and device != "cuda") or len(cpus) < 2:
         return None
-    ordered = sorted(cpus)
-    return frozenset({ordered[-1 - lane_index % len(ordered)]})
+    return frozenset({claim(sorted(cpus), lane_index)})
+
+
+LOCK_DIR = tempfile.gettempdir()
+_held: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}   # (lane, CPUs) -> (its CPU, the lock's fd)
+
+
+def _lock(cpu: int) -> int | None:
+    """An exclusive flock on CPU `cpu`'s lock file, the fd holding it; None where another process
+    (or another lane of this one) holds it, or the file cannot be opened (another user's, say)."""
+    path = os.path.join(LOCK_DIR, f"kb-timing-cpu-{cpu}.lock")
+    try:  # an existing file is opened without O_CREAT (fs.protected_regular refuses that for another user's)
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return _lock(cpu)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def claim(ordered: list[int], lane_index: int) -> int:
+    """Lane `lane_index`'s timing CPU of the CPUs `ordered` (sorted): the i-th from the top, or
+    going down from there the first that no other lane on the host has claimed; held (its flock)
+    until this process ends, and the same CPU returned to every later call. Where every one is
+    claimed (more lanes than CPUs), the i-th from the top, shared."""
+    key = (lane_index, tuple(ordered))
+    if key in _held:
+        return _held[key][0]
+    n = len(ordered)
+    for k in range(n):
+        cpu = ordered[-1 - (lane_index + k) % n]
+        fd = _lock(cpu)
+        if fd is not None:
+            _held[key] = (cpu, fd)
+            return cpu
+    return ordered[-1 - lane_index % n]
 
 
 def _threads(pid: int) -> list[int]:
