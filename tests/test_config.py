@@ -77,14 +77,15 @@ def test_overrides_are_applied_and_checked():
 
 
 def test_samples_and_rounds_are_auto_by_device_or_a_number():
-    """timing.max_samples and timing.rounds: auto (the device's, harness/verdict/timing.py AUTO_TIMING: 100
-    in 10 on both for now) or a whole number, which every device then takes as it is."""
+    """timing.max_samples and timing.rounds: auto (the device's, harness/verdict/timing.py AUTO_TIMING: 1000
+    in 30 on CUDA, 100 in 10 on the CPU) or a whole number, which every device then takes as it is."""
     from harness.verdict.timing import AUTO_TIMING, for_device
     t = load_config(None).to_dict()["timing"]
     assert (t["max_samples"], t["rounds"]) == ("auto", "auto")
     for device in ("cuda", "cpu"):
         assert {k: for_device(t, device)[k] for k in ("max_samples", "rounds")} == AUTO_TIMING[device]
     assert (for_device(t, "cpu")["max_samples"], for_device(t, "cpu")["rounds"]) == (100, 10)
+    assert (for_device(t, "cuda")["max_samples"], for_device(t, "cuda")["rounds"]) == (1000, 30)
     cfg = with_overrides(load_config(None), dict([parse_override("timing.rounds=20"),
                                                   parse_override("timing.min_samples=200")]))
     t = cfg.to_dict()["timing"]
