@@ -4,6 +4,7 @@ lives, its tiles, and how far the measured time is from the problem's floor. Nee
 plans; the times come from result files.
 
     PYTHONPATH=. python tools/plan_table.py RESULT_DIR [RESULT_DIR ...] [--out docs/kernels.md]
+    PYTHONPATH=. python tools/plan_table.py --family conv_transpose2d_fused RESULT_DIR [--out FILE]
 
 The floor is max(FLOP / peak, bytes / bandwidth) for the class on the GPU (defaults: an H200):
 FLOP = 2 N Cin (Cout / groups) Hin Win KH KW; bytes = x, the weights and y once each, 4 bytes an
@@ -11,6 +12,12 @@ element (2 for bf16). Peaks, dense: TF32 495 TFLOP/s (tf32 class); 330 for the f
 kernels run three fp16 or TF32 products per product on the tensor cores: the fp16 rate, 989, over
 3); bf16 989. Bandwidth 4.3 TB/s, the measured copy rate (../shared/FACTS.md). A floor under
 LAUNCH_MS is below what one launch costs: the problem is launch-bound and gets no ratio.
+
+The fused family (KernelBench level 2, fast solutions only, TF32 class): what runs (the library's
+plan, with its epilogue, and the tail of ct2d_tails.py the solution calls, or the exact algebra),
+PyTorch's time and the speedup in the same run, and the floor of the problem: the convolution's
+FLOP (none where exact algebra removes it: 42, 44) against x, the weights and the final output
+once each, so a tail that reads back the convolution's output is counted above the floor.
 """
 from __future__ import annotations
 
@@ -52,8 +59,8 @@ def shapes(mod, init: list) -> tuple[tuple, tuple]:
     return tuple(x.shape), tuple(y.shape)
 
 
-def measured(dirs: list[str]) -> dict:
-    """(problem id, solution) -> (median ms, GPU name), the newest ok result of each."""
+def newest_ok(dirs: list[str]) -> dict:
+    """(problem id, solution) -> the newest ok result with a timing, over the folders."""
     from harness.core.store import load_run
     found = {}
     for d in dirs:
@@ -61,10 +68,15 @@ def measured(dirs: list[str]) -> dict:
             if r.status.value != "ok" or not r.timing.get("solution"):
                 continue
             key = (r.problem["id"], r.solution["name"])
-            stamp = r.finished_at or ""
-            if key not in found or stamp > found[key][2]:
-                found[key] = (r.timing["solution"]["median_ms"], r.env.get("gpu_name", ""), stamp)
+            if key not in found or (r.finished_at or "") > (found[key].finished_at or ""):
+                found[key] = r
     return found
+
+
+def measured(dirs: list[str]) -> dict:
+    """(problem id, solution) -> (median ms, GPU name, finished at), the newest ok result of each."""
+    return {k: (r.timing["solution"]["median_ms"], r.env.get("gpu_name", ""), r.finished_at or "")
+            for k, r in newest_ok(dirs).items()}
 
 
 def rows(times: dict) -> list[dict]:
@@ -111,14 +123,97 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+ALGEBRA = {"42", "44"}  # fused problems whose solution computes no convolution
+
+
+def fused_timings(dirs: list[str]) -> dict:
+    """problem id -> (solution ms, PyTorch ms, speedup, its interval, GPU name), the newest ok fast result."""
+    out = {}
+    for (pid, name), r in newest_ok(dirs).items():
+        t = r.timing
+        if name == "fast" and "speedup" in t:
+            out[pid] = (t["solution"]["median_ms"], t[t["baseline"]]["median_ms"], t["speedup"], t.get("speedup_ci"),
+                        r.env.get("gpu_name", ""))
+    return out
+
+
+def fused_rows(times: dict) -> list[dict]:
+    import re
+
+    import torch
+
+    from harness.core import problems, solutions
+    from harness.core.problems import construct, load_module, make_inputs
+
+    out = []
+    for problem in problems.select("conv_transpose2d_fused"):
+        mod = load_module(problem.path)
+        init = list(mod.get_init_inputs())
+        with torch.device("meta"):
+            ref = mod.Model(*init)
+            x = mod.get_inputs()[0]
+            y = ref(x)
+        conv = next(m for m in ref.modules() if isinstance(m, torch.nn.ConvTranspose2d))
+        n, cin, h, w = x.shape
+        kh, kw = conv.kernel_size
+        pid = problem.id.split("_")[0]
+        flop = 0.0 if pid in ALGEBRA else 2.0 * n * cin * (conv.out_channels // conv.groups) * h * w * kh * kw
+        nbytes = 4.0 * (x.numel() + conv.weight.numel() + y.numel())
+        floor = max(flop / (PEAK_TFLOPS["tf32"] * 1e9), nbytes / (BANDWIDTH_TBS * 1e9))
+        sol = next(s for s in solutions.for_problem(problem) if s.name == "fast")
+        text = Path(sol.path).read_text()
+        model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
+        [xc] = make_inputs(mod, 1, "cuda")
+        if hasattr(model, "fast"):
+            with torch.no_grad():
+                plan = model.fast.plan(xc, extra_bias=getattr(model, "bias", None) if "extra_bias" in text else None)
+            runs = f"`{plan.kernel}` ({plan.config.split(';')[0]}{'; epilogue in the store' if 'in the store' in plan.config else ''})"
+            tail = re.search(r"tails\.(\w+)\(", text)
+            if tail:
+                runs += f", then `{tail.group(1)}` (ct2d_tails.py)"
+        else:
+            runs = "exact algebra (ct2d_means.py): reductions of x, no convolution"
+        ms, torch_ms, speedup, ci, gpu = times.get(problem.id, (None, None, None, None, ""))
+        out.append({"problem": pid, "runs": runs, "flop": flop, "bytes": nbytes, "floor_ms": floor, "ms": ms,
+                    "torch_ms": torch_ms, "speedup": speedup, "ci": ci, "gpu": gpu,
+                    "x_floor": ms / floor if ms else None})
+        del model, xc
+        torch.cuda.empty_cache()
+    return out
+
+
+def fused_markdown(table: list[dict]) -> str:
+    import math
+    lines = ["| problem | what runs | GFLOP | MB | floor ms | ms | x floor | PyTorch ms | speedup [95% interval] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        f3 = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
+        if r["ci"]:
+            sp += f" [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
+        xf = f"{r['x_floor']:.2f}x" if r["x_floor"] else "-"
+        lines.append(f"| {r['problem']} | {r['runs']} | {r['flop'] / 1e9:.1f} | {r['bytes'] / 1e6:.0f} | "
+                     f"{f3(r['floor_ms'])} | {f3(r['ms'])} | {xf} | {f3(r['torch_ms'])} | {sp} |")
+    speedups = [r["speedup"] for r in table if r["speedup"]]
+    if speedups:
+        geo = math.exp(sum(math.log(v) for v in speedups) / len(speedups))
+        lines.append(f"\ngeometric mean speedup over {len(speedups)} problems: {geo:.2f}x\n")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="result folders whose times fill the ms column")
     p.add_argument("--out", help="also write the markdown table here")
+    p.add_argument("--family", choices=("conv_transpose2d", "conv_transpose2d_fused"), default="conv_transpose2d")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d" / "_shared"))
-    table = rows(measured(args.results))
-    text = markdown(table)
+    if args.family == "conv_transpose2d_fused":
+        table = fused_rows(fused_timings(args.results))
+        text = fused_markdown(table)
+    else:
+        table = rows(measured(args.results))
+        text = markdown(table)
     gpus = sorted({r["gpu"] for r in table if r["gpu"]})
     print(text + f"\ntimes measured on: {', '.join(gpus) or 'none found'}")
     if args.out:

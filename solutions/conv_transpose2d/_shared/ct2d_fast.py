@@ -19,7 +19,8 @@ FAST_DIR = _HERE / "fast"
 _ARGS = """torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm, torch::Tensor wmh, int64_t wmh_exp,
     torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout, int64_t KH,
     int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
-    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config"""
+    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config, int64_t epilogue, double epi_a,
+    double epi_b"""
 FAST_DECL = f"torch::Tensor conv_transpose2d_fast({_ARGS});\n"
 CPP_DECL = FAST_DECL + f"std::vector<std::string> conv_transpose2d_plan({_ARGS});\n"
 
@@ -58,6 +59,11 @@ _ext = load_inline(
 )
 
 
+# fast/epilogue.cuh's kinds, in its order: what a fused solution (KernelBench level 2) applies to each
+# output element after the bias, with its two scalars (a, b)
+EPILOGUES = ("none", "clamp_scale", "tanh", "mish_add_hardtanh_scale", "add_min_gelu_scale", "gelu")
+
+
 class Plan(NamedTuple):
     """What one call runs (FastConvTranspose2d.plan)."""
     kernel: str  # the kernel's template instance, as the profiler names it (namespace left out)
@@ -72,6 +78,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
 
     split = 1
     config = 0  # kernel: 0 = chosen by the rule (1..9 force a variant, for tuning runs; fast/dispatch.cu)
+    epilogue = "none"          # an EPILOGUES name: applied to every output element after the bias
+    epilogue_args = (0.0, 0.0)  # its scalars a, b (fast/epilogue.cuh)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,7 +103,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
         p = self._packed_weights()
         return (x, p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, self._bias(), c.out_channels,
-                kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config)
+                kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config,
+                EPILOGUES.index(self.epilogue), float(self.epilogue_args[0]), float(self.epilogue_args[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _ext.conv_transpose2d_fast(*self._args(x))

@@ -8,7 +8,10 @@
 //   wgmma.cuh  ct2d_wg, ct2d_wgs (+ operand policies for TF32, 3xFP16, 1xFP16): implicit GEMM on
 //              the Hopper warpgroup MMA (stride 1, one group; sm_90a builds only)
 //   convert.cuh wgh_amax, fp16_convert: the fp16 pre-passes of the wgmma fp16 kernels
-//   phase.cuh  ct2d_phase: every other shape (strided, grouped, dilated, any channel count)
+//   phase.cuh  ct2d_phase: every other shape (strided, grouped, dilated, any channel count);
+//              ct2d_phase_epi: the same with an elementwise epilogue in its store
+//   epilogue.cuh the elementwise epilogues of the fused family, and epilogue_pass for the routes
+//              that do not fuse one
 //   common.cuh what all of them share (PTX wrappers, barriers, TMA, TF32/fp16 conversions, stores)
 // Weights arrive packed once per weight version by ct2d_pack.py, one layout per family.
 //
@@ -16,10 +19,14 @@
 // runs the TF32-class kernels, whose products are exact for bf16 values, and gets bf16 back.
 // config 0 lets the rule choose; 1..9 are tuning hooks that force a variant (tools/ab_variants.py,
 // tools/bench_fast.py), named where the routes test them.
+// Epilogue (the fused family, KernelBench level 2): an elementwise function applied to every output
+// element after the bias (epilogue.cuh). Row 6 applies it in its store (TF32 class, fp32, config 0);
+// after any other row it is a pass of its own over the output. plan() says which.
 #include "common.cuh"
 #include "mma.cuh"
 #include "convert.cuh"
 #include "wgmma.cuh"
+#include "epilogue.cuh"
 #include "phase.cuh"
 
 #include <string>
@@ -33,6 +40,8 @@ struct Call {
   int64_t wmh_exp, wh_exp;
   const float* b;  // bias (fp32) or null
   int64_t Cout, KH, KW, sh, sw, ph, pw, oph, opw, dh, dw, groups, split, config;
+  Epilogue epi;      // kind kEpiNone: none
+  bool epi_fused;    // the route that ran applied it
   cudaStream_t stream;
   Plan plan;
 
@@ -130,6 +139,10 @@ PhaseShape phase_shape(const Call& c) {
 // Row 6/7: the tensor-core phase kernel, sized for three blocks per SM (config 7: two, 8: four).
 bool run_phase_tc(Call& c) {
   const PhaseShape s = phase_shape(c);
+  if (c.epi.kind != kEpiNone && c.split == 1 && !c.bf16() && c.config == 0) {  // the epilogue in the store
+    c.epi_fused = true;
+    return launch_phase<4, 16, 1, 3, float, true>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan, c.epi);
+  }
   if (c.bf16()) return launch_phase<4, 16, 1, 3, __nv_bfloat16>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan);
   auto launch = [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
@@ -193,7 +206,12 @@ torch::Tensor execute(Call& c) {
   const bool bf16_ok = !c.bf16() || (c.split == 1 && c.config == 0);
   for (const Route& r : kRoutes) {
     if ((c.bf16() && !(r.bf16 && bf16_ok)) || !r.applies(c)) continue;
+    c.epi_fused = false;
     if (r.run(c)) {
+      if (c.epi.kind != kEpiNone && !c.epi_fused) {
+        if (c.plan.launch) run_epilogue_pass(c.y, c.epi, c.stream);
+        else c.plan.config += strf("; epilogue %s as a pass of its own (epilogue_pass)", fused_epilogue_name(c.epi.kind));
+      }
       if (c.plan.launch) C10_CUDA_KERNEL_LAUNCH_CHECK();
       return c.y;
     }
@@ -212,16 +230,17 @@ torch::Tensor execute(Call& c) {
 }
 
 // The entry points' arguments (ct2d_fast.py declares the same list for the binding): x, the packed
-// weights, the bias, then the layer's hyper-parameters, the class (split) and the tuning hook.
+// weights, the bias, then the layer's hyper-parameters, the class (split), the tuning hook and the
+// epilogue (kind and its two scalars; 0: none).
 #define CT2D_ARGS                                                                                             \
   torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm, torch::Tensor wmh, int64_t wmh_exp,  \
       torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout,    \
       int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,               \
       int64_t outpad_h, int64_t outpad_w, int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split,        \
-      int64_t config
+      int64_t config, int64_t epilogue, double epi_a, double epi_b
 #define CT2D_ARG_NAMES                                                                                        \
   x, wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW, stride_h, stride_w, pad_h, pad_w, outpad_h, \
-      outpad_w, dil_h, dil_w, groups, split, config
+      outpad_w, dil_h, dil_w, groups, split, config, epilogue, epi_a, epi_b
 
 // bias_c keeps a contiguous copy of the bias alive for the call.
 Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
@@ -231,6 +250,8 @@ Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
   c.Cout = Cout; c.KH = KH; c.KW = KW; c.sh = stride_h; c.sw = stride_w; c.ph = pad_h; c.pw = pad_w;
   c.dh = dil_h; c.dw = dil_w; c.groups = groups; c.split = split; c.config = config;
   c.oph = outpad_h; c.opw = outpad_w;
+  TORCH_CHECK(epilogue >= 0 && epilogue < kEpiCount, "epilogue: unknown kind ", epilogue);
+  c.epi = Epilogue{(int)epilogue, (float)epi_a, (float)epi_b};
   c.plan.launch = launch;
   c.b = nullptr;
   if (bias.has_value() && bias->defined()) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "epilogue.cuh"
 
 namespace {
 
@@ -70,10 +71,12 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 // T: the element type of x and y, float, or __nv_bfloat16 for bf16 runs (x widened to fp32 as it
 // is staged, with plain loads where fp32 uses cp.async; the fp32 result rounded once as it is
 // written). The weights, the bias and the arithmetic are fp32 either way.
-template <int P, int CT, int TC, int MINB, class T>
-__global__ void __launch_bounds__(PHASE_THREADS, MINB)
-    ct2d_phase(const T* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
-               T* __restrict__ y, const PhaseShape s) {
+// EPI: what each output element gets after its bias (epilogue.cuh): EpiNone in ct2d_phase (the
+// conv family), an Epilogue in ct2d_phase_epi (the fused family's elementwise tails).
+template <int P, int CT, int TC, int MINB, class T, class EPI>
+__device__ __forceinline__ void phase_body(const T* __restrict__ x, const float* __restrict__ wp,
+                                           const float* __restrict__ bias, T* __restrict__ y, const PhaseShape& s,
+                                           const EPI& epi) {
   static_assert(TC == 0 || TC == 1 || TC == 3, "TC: 0 (CUDA cores), 1 (TF32) or 3 (3xTF32)");
   static_assert(!TC || CT == 16, "the tensor-core variant takes 16 channels per warp task");
   constexpr int PXB = TC ? 8 * P : 32 * P;  // pixels per warp task
@@ -132,8 +135,8 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   // xs and into a channel block's weights, from steps[kw_first[rw] * khn * ks_n]
   int2* const steps = reinterpret_cast<int2*>(ys + s.cot * s.ysw);
 
-  // Writes output row oh of the tile, bias added, with streaming stores: from ys[c][col] when
-  // FROM_TILE, else bias (or zero) only.
+  // Writes output row oh of the tile, bias and epilogue applied, with streaming stores: from
+  // ys[c][col] when FROM_TILE, else bias (or zero) only.
   auto write_row = [&](int oh, auto from_tile) {
     constexpr bool FROM_TILE = decltype(from_tile)::value;
     T* yrow = out0 + (int64_t)oh * s.Wout;
@@ -148,8 +151,8 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
 #pragma unroll 4
           for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 32, s2 += 32) {
             float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
-            v.x += bv;
-            v.y += bv;
+            v.x = epi(v.x + bv);
+            v.y = epi(v.y + bv);
             __stcs(d2, v);
           }
         } else {
@@ -157,13 +160,13 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
 #pragma unroll 4
           for (int col = 2 * lane; col + 1 < width; col += 64, d2 += 64, s2 += 32) {
             const float2 v = FROM_TILE ? *s2 : make_float2(0.f, 0.f);
-            st_out2(d2, v.x + bv, v.y + bv);
+            st_out2(d2, epi(v.x + bv), epi(v.y + bv));
           }
         }
         const int last = width & ~1;  // an odd last column
-        if (last < width && lane == 0) st_cs1(dst + last, (FROM_TILE ? src[last] : 0.f) + bv);
+        if (last < width && lane == 0) st_cs1(dst + last, epi((FROM_TILE ? src[last] : 0.f) + bv));
       } else {
-        for (int col = lane; col < width; col += 32) st_cs1(dst + col, (FROM_TILE ? src[col] : 0.f) + bv);
+        for (int col = lane; col < width; col += 32) st_cs1(dst + col, epi((FROM_TILE ? src[col] : 0.f) + bv));
       }
     }
   };
@@ -275,12 +278,17 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
           const int2 o = stp[st];
           const float* xp = xb + o.x;
           const float4 h4 = *reinterpret_cast<const float4*>(wb + o.y);
-          if constexpr (TC == 1) {  // TF32: rounded weights, the input's raw bits (the MMA truncates them)
+          if constexpr (TC == 1) {  // TF32: rounded weights, the input's raw bits (the MMA truncates them),
+            // or the input rounded to nearest where the epilogue asks (EPI::kRoundX)
             const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
                                     __float_as_uint(h4.w)};
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-              const uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+              uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+              if constexpr (EPI::kRoundX) {
+                bh[0] = to_tf32(__uint_as_float(bh[0]));
+                bh[1] = to_tf32(__uint_as_float(bh[1]));
+              }
               mma_tf32(acc[p], ah, bh);
             }
             continue;
@@ -366,6 +374,21 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
   }
 }
 
+template <int P, int CT, int TC, int MINB, class T>
+__global__ void __launch_bounds__(PHASE_THREADS, MINB)
+    ct2d_phase(const T* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+               T* __restrict__ y, const PhaseShape s) {
+  phase_body<P, CT, TC, MINB, T>(x, wp, bias, y, s, EpiNone{});
+}
+
+// The same kernel with an elementwise epilogue in its store (fp32 x and y).
+template <int P, int CT, int TC, int MINB>
+__global__ void __launch_bounds__(PHASE_THREADS, MINB)
+    ct2d_phase_epi(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+                   float* __restrict__ y, const PhaseShape s, const Epilogue epi) {
+  phase_body<P, CT, TC, MINB, float>(x, wp, bias, y, s, epi);
+}
+
 // Shared memory of the phase kernel for a configuration, in bytes.
 size_t phase_smem_bytes(const PhaseShape& s) {
   const size_t w = phase_w_floats(s, s.khn_max, s.tc), xs = phase_xs_floats(s);
@@ -389,10 +412,13 @@ int phase_tile_stride(const PhaseShape& s) {
 
 // Launches the phase kernel (TC: its tensor-core variant, wp then holds the fragment-ordered
 // weights). Returns false where its shared memory does not fit.
-// T: x's and y's element type (float, or __nv_bfloat16 in bf16 runs).
-template <int P, int CT, int TC, int MINB, class T = float>
+// T: x's and y's element type (float, or __nv_bfloat16 in bf16 runs). FUSE: an instance that can
+// apply an elementwise epilogue in its store (ct2d_phase_epi, fp32; epi.kind 0 runs ct2d_phase).
+template <int P, int CT, int TC, int MINB, class T = float, bool FUSE = false>
 bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* bias, torch::Tensor& y,
-                  PhaseShape s, cudaStream_t stream, Plan& plan) {
+                  PhaseShape s, cudaStream_t stream, Plan& plan, const Epilogue epi = Epilogue{kEpiNone, 0.f, 0.f}) {
+  static_assert(!FUSE || std::is_same<T, float>::value, "phase kernel: a fused epilogue needs fp32");
+  TORCH_CHECK(FUSE || epi.kind == kEpiNone, "phase kernel: this instance has no fused epilogue");
   constexpr int PXB = TC ? 8 * P : 32 * P;
   s.tc = TC;
   s.cip = TC ? (s.cin_g + 7) / 8 * 8 : (s.cin_g + 3) / 4 * 4;  // the MMA's K is 8, the FMA loop's 4
@@ -430,15 +456,26 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   TORCH_CHECK(gz < 65536 && gy < 65536, "fast phase kernel: batch * groups or output height too large");
   TORCH_CHECK(x.element_size() == sizeof(T) && y.element_size() == sizeof(T), "phase kernel: x and y element type");
   if (!plan.launch)
-    return plan.set(strf("ct2d_phase<%d, %d, %d, %d, %s>", P, CT, TC, MINB,
-                         std::is_same<T, float>::value ? "float" : "__nv_bfloat16"),
+    return plan.set(epi.kind == kEpiNone ? strf("ct2d_phase<%d, %d, %d, %d, %s>", P, CT, TC, MINB,
+                                                std::is_same<T, float>::value ? "float" : "__nv_bfloat16")
+                                         : strf("ct2d_phase_epi<%d, %d, %d, %d>", P, CT, TC, MINB),
                     "phase.cuh",
                     strf("%s; block: %d output rows (%d apart) x %d columns x %d channels, %d blocks per SM targeted; "
-                         "grid %d x %d x %d",
+                         "grid %d x %d x %d%s%s%s",
                          TC == 1 ? "TF32 mma.sync" : TC == 3 ? "3xTF32 mma.sync" : "fp32 FMAs on the CUDA cores",
-                         s.rows, s.sh, s.seg, s.cot, MINB, (int)((s.Wout + s.seg - 1) / s.seg), (int)gy, (int)gz));
-  allow_smem<ct2d_phase<P, CT, TC, MINB, T>>(220 * 1024);
+                         s.rows, s.sh, s.seg, s.cot, MINB, (int)((s.Wout + s.seg - 1) / s.seg), (int)gy, (int)gz,
+                         epi.kind == kEpiNone ? "" : "; epilogue ", epi.kind == kEpiNone ? "" : fused_epilogue_name(epi.kind),
+                         epi.kind == kEpiNone ? "" : " in the store"));
   dim3 grid((s.Wout + s.seg - 1) / s.seg, gy, gz);
+  if constexpr (FUSE) {
+    if (epi.kind != kEpiNone) {
+      allow_smem<ct2d_phase_epi<P, CT, TC, MINB>>(220 * 1024);
+      ct2d_phase_epi<P, CT, TC, MINB><<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(
+          x.data_ptr<float>(), wp.data_ptr<float>(), bias, y.data_ptr<float>(), s, epi);
+      return true;
+    }
+  }
+  allow_smem<ct2d_phase<P, CT, TC, MINB, T>>(220 * 1024);
   ct2d_phase<P, CT, TC, MINB, T><<<grid, PHASE_THREADS, phase_smem_bytes(s), stream>>>(
       static_cast<const T*>(x.data_ptr()), wp.data_ptr<float>(), bias, static_cast<T*>(y.data_ptr()), s);
   return true;

@@ -1,0 +1,26 @@
+"""5: ConvTranspose2d, - bias, tanh, in one kernel: the phase kernel (stride 2) with the bias
+subtracted in its bias vector and tanh in its store (fast/epilogue.cuh); the output written once.
+TF32 class."""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from ct2d_fused import FastConv  # noqa: E402
+
+PRECISIONS = ("fp32",)
+DEVICES = ("cuda",)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape, stride=2, padding=1, output_padding=1):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
+                                                 padding=padding, output_padding=output_padding)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+        self.fast = FastConv(self.conv_transpose, "tanh", sign=-1.0)
+
+    def forward(self, x):
+        return self.fast(x, extra_bias=self.bias)

@@ -1,0 +1,25 @@
+"""93: ConvTranspose2d, + a, min(., 0), GELU, x m, in one kernel: the phase kernel (stride 2) with
+the tail in its store (fast/epilogue.cuh, add_min_gelu_scale; GELU's exact erf form, PyTorch's
+default); the output written once. TF32 class."""
+import sys
+from pathlib import Path
+
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from ct2d_fused import FastConv  # noqa: E402
+
+PRECISIONS = ("fp32",)
+DEVICES = ("cuda",)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, add_value, multiply_value):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride)
+        self.add_value = add_value
+        self.multiply_value = multiply_value
+        self.fast = FastConv(self.conv_transpose, "add_min_gelu_scale", (add_value, multiply_value))
+
+    def forward(self, x):
+        return self.fast(x)

@@ -1,0 +1,115 @@
+"""The fused family on a GPU (skipped without CUDA): the library's epilogues against PyTorch,
+fused in the phase kernel's store or as a pass of their own, and plan() naming which; the tails'
+BatchNorm updating the running statistics as PyTorch does. The family's verdicts and speed are
+the main command's (`python run_eval.py --problem conv_transpose2d_fused`)."""
+import re
+import sys
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.core import problems, solutions
+from harness.core.config import load_config, with_overrides
+from harness.core.results import Status
+from harness.run.runner import evaluate
+
+pytestmark = pytest.mark.gpu
+
+FUSED = REPO_ROOT / "solutions" / "conv_transpose2d_fused"
+
+
+def _reference(name, a, b):
+    import torch
+    import torch.nn.functional as F
+    return {
+        "clamp_scale": lambda v: torch.clamp(torch.clamp(v, 0.0, 1.0) * a, 0.0, 1.0) / a,
+        "tanh": torch.tanh,
+        "mish_add_hardtanh_scale": lambda v: F.hardtanh(F.mish(v) + a, -1.0, 1.0) * b,
+        "add_min_gelu_scale": lambda v: F.gelu(torch.clamp(v + a, max=0.0)) * b,
+        "gelu": F.gelu,
+    }[name]
+
+
+# (stride, fused in the store?): stride 2 runs the phase kernel (the store applies it), stride 1
+# with 64 channels a stride-1 kernel (a pass of its own)
+@pytest.mark.parametrize("stride, fused", [(2, True), (1, False)])
+@pytest.mark.parametrize("epilogue, a, b", [("clamp_scale", 2.0, 0.0), ("tanh", 0.0, 0.0),
+                                           ("mish_add_hardtanh_scale", 0.5, 2.0),
+                                           ("add_min_gelu_scale", 0.5, 2.0), ("gelu", 0.0, 0.0)])
+def test_epilogues_match_pytorch_fused_or_not_and_plan_says_which(epilogue, a, b, stride, fused):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_fused import FastConv
+    from harness.verdict.numerics import compare
+
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(24, 64, 3, stride=stride, padding=1, output_padding=stride - 1).cuda()
+    extra = torch.nn.Parameter(torch.randn(64, 1, 1, device="cuda"))
+    x = torch.rand(2, 24, 17, 30, device="cuda")
+    fast = FastConv(conv, epilogue, (a, b), sign=-1.0)
+    with torch.no_grad():
+        plan = fast.plan(x, extra_bias=extra)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = fast(x, extra_bias=extra)
+            torch.cuda.synchronize()
+        truth = _reference(epilogue, a, b)(torch.nn.functional.conv_transpose2d(
+            x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), stride, 1, stride - 1))
+    ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0] for e in prof.key_averages()}
+    assert plan.kernel in ran, (plan, sorted(ran))
+    if fused:
+        assert plan.kernel.startswith("ct2d_phase_epi<") and f"epilogue {epilogue} in the store" in plan.config, plan
+        assert not any(k.startswith("epilogue_pass") for k in ran), ran
+    else:
+        assert f"epilogue {epilogue} as a pass of its own" in plan.config, plan
+        assert any(k.startswith("epilogue_pass") for k in ran), ran
+    result = compare(out, truth, torch.float32, load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32)
+    assert result.ok, result.message
+
+
+def test_batch_norm_tail_updates_the_running_statistics_as_pytorch_does():
+    """Three calls of 11's fast solution beside the problem's Model (training mode): each output
+    in the TF32 class against the Model in float64, and the running statistics as PyTorch's."""
+    import importlib.util
+
+    import torch
+    from harness.verdict.numerics import compare
+
+    problem = REPO_ROOT / "problems" / "conv_transpose2d_fused" / "11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm.py"
+    solution = next(FUSED.glob("11_*")) / "fast.py"
+    mods = []
+    for path in (problem, solution):
+        spec = importlib.util.spec_from_file_location(path.stem + "_m", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mods.append(mod)
+    init = [16, 24, 5, 1, 1, 8, 8]
+    torch.manual_seed(0)
+    ref = mods[0].Model(*init).cuda().double()
+    torch.manual_seed(0)
+    new = mods[1].ModelNew(*init).cuda()
+    tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+    for _ in range(3):
+        x = torch.rand(3, 16, 9, 11, device="cuda")
+        with torch.no_grad():
+            want, got = ref(x.double()), new(x)
+        result = compare(got, want, torch.float32, tf32)
+        assert result.ok, result.message
+    bn, bn_ref = new.batch_norm, ref.batch_norm
+    torch.testing.assert_close(bn.running_mean, bn_ref.running_mean.float(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(bn.running_var, bn_ref.running_var.float(), rtol=1e-3, atol=1e-4)
+    assert int(bn.num_batches_tracked) == int(bn_ref.num_batches_tracked) == 3
+
+
+def test_the_family_is_correct_on_its_extra_shapes(tmp_path):
+    """Every fused problem's fast solution: correct (the tf32 class or better) on the benchmark
+    shape and the extra shapes of configs/default.yaml, against float64, timing off."""
+    cfg = with_overrides(load_config(REPO_ROOT / "configs" / "default.yaml"),
+                         {"device": "cuda", "results_dir": str(tmp_path), "timing.enabled": False})
+    pairs = solutions.select_pairs(problems.select("conv_transpose2d_fused"), "fast", True, problems.discover())
+    results = evaluate(pairs, cfg, run_id="fused", out=lambda line: None)
+    assert len(results) == 11
+    for r in results:
+        assert r.status is Status.OK, (r.problem["id"], r.message)
+        assert r.correctness["precision"] in ("fp32", "tf32"), (r.problem["id"], r.correctness)
