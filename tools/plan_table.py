@@ -204,7 +204,7 @@ def fused_markdown(table: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="result folders whose times fill the ms column")
-    p.add_argument("--out", help="also write the markdown table here")
+    p.add_argument("--out", help="also write the markdown table into this file, between the family's markers")
     p.add_argument("--family", choices=("conv_transpose2d", "conv_transpose2d_fused"), default="conv_transpose2d")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d" / "_shared"))
@@ -217,8 +217,21 @@ def main(argv=None) -> int:
     gpus = sorted({r["gpu"] for r in table if r["gpu"]})
     print(text + f"\ntimes measured on: {', '.join(gpus) or 'none found'}")
     if args.out:
-        Path(args.out).write_text(text)
+        write_section(Path(args.out), args.family, text)
     return 0
+
+
+def write_section(path: Path, family: str, text: str) -> None:
+    """Put the family's table between its markers in the file (docs/kernels.md holds both
+    families' tables), the rest of the file as it was; a file without them gets them appended."""
+    begin, end = f"<!-- plan_table {family} -->\n", f"<!-- /plan_table {family} -->\n"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + begin + text + end + rest.split(end, 1)[1]
+    else:
+        new = old + ("\n" if old and not old.endswith("\n\n") else "") + begin + text + end
+    path.write_text(new)
 
 
 if __name__ == "__main__":
