@@ -113,3 +113,63 @@ def test_the_family_is_correct_on_its_extra_shapes(tmp_path):
     for r in results:
         assert r.status is Status.OK, (r.problem["id"], r.message)
         assert r.correctness["precision"] in ("fp32", "tf32"), (r.problem["id"], r.correctness)
+
+
+# SplitConv (ct2d_fused.py): the strided convolution as its phases' stride-1 convolutions on the
+# library, interleaved with the bias and the epilogue. (cin, cout, kernel, stride, padding,
+# output_padding): the fused family's strided geometries (2 and 16; 5 and 91; 93; 36), uneven
+# strides and kernels, and 7 output channels (the stride-1 rows below wgmma).
+SPLIT_CASES = [
+    (24, 64, (3, 3), (2, 2), (1, 1), (1, 1)),
+    (24, 128, (4, 4), (2, 2), (1, 1), (1, 1)),
+    (24, 128, (4, 4), (2, 2), (0, 0), (0, 0)),
+    (16, 48, (5, 3), (3, 2), (2, 0), (1, 1)),
+    (16, 64, (2, 3), (3, 4), (0, 1), (2, 0)),
+    (16, 7, (3, 3), (2, 2), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: f"{c[1]}ch_k{c[2][0]}x{c[2][1]}_s{c[3][0]}x{c[3][1]}")
+@pytest.mark.parametrize("epilogue, a, b", [("none", 0.0, 0.0), ("tanh", 0.0, 0.0), ("add_min_gelu_scale", 0.5, 2.0)])
+def test_split_conv_matches_pytorch(case, epilogue, a, b):
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_fused import SplitConv
+    from harness.verdict.numerics import compare
+
+    cin, cout, k, s, p, op = case
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda()
+    extra = torch.randn(cout, 1, 1, device="cuda")
+    x = torch.rand(2, cin, 19, 23, device="cuda")
+    split = SplitConv(conv, epilogue, (a, b), sign=-1.0)
+    with torch.no_grad():
+        plan = split.plan(x, extra_bias=extra)
+        out = split(x, extra_bias=extra)
+        y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), s, p, op)
+        truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
+    assert "stride-1 phase convolutions" in plan.config, plan
+    tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+    result = compare(out, truth, torch.float32, tf32)
+    assert result.ok, result.message
+
+
+def test_split_conv_follows_the_weight_in_place_and_on_a_new_tensor():
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_fused import SplitConv
+
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(16, 64, 3, stride=2, padding=1, output_padding=1).cuda()
+    split = SplitConv(conv)
+    x = torch.rand(2, 16, 11, 13, device="cuda")
+    with torch.no_grad():
+        for change in (lambda: None, lambda: conv.weight.mul_(-2.0),
+                       lambda: setattr(conv, "weight", torch.nn.Parameter(torch.randn_like(conv.weight)))):
+            change()
+            want = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double(), 2, 1, 1)
+            torch.testing.assert_close(split(x).double(), want, rtol=5e-3, atol=5e-3)

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
 
 _HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
-from ct2d_fast import EPILOGUES, FastConvTranspose2d  # noqa: E402
+from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
+from ct2d_phases import output_size, phases  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv"]
+__all__ = ["EPILOGUES", "FastConv", "SplitConv"]
 
 
 class FastConv:
@@ -63,3 +66,75 @@ class FastConv:
                 b = conv_bias.detach() + b
             self._bias_value, self._bias_key = b.float().contiguous(), key
         return self._bias_value
+
+
+class SplitConv(FastConv):
+    """A strided convolution as its phases' stride-1 convolutions on the library (ct2d_phases.py),
+    interleaved by one pass that adds the bias (the extra one folded in) and applies the epilogue
+    (ct2d_tails.py: phase_interleave). Where it does not apply (stride 1, groups, dilation, more
+    than 16 phases, not fp32 CUDA) the call is FastConv's. Not yet any solution's path: written
+    without a GPU, for the strided problems the phase kernel computes too slowly
+    (docs/perf-notes.md, "The fused family"); tests/test_gpu_fused.py holds it to PyTorch."""
+
+    def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
+        super().__init__(conv, epilogue, epilogue_args, sign)
+        self._phases = self._subs = self._sub_key = None
+
+    def applies(self, x: torch.Tensor) -> bool:
+        c = self.conv_transpose2d
+        sh, sw = c.stride
+        return (x.is_cuda and x.dtype == torch.float32 and c.groups == 1 and tuple(c.dilation) == (1, 1)
+                and (sh, sw) != (1, 1) and sh * sw <= 16)
+
+    def _sub_convs(self):
+        """The phases and, per phase with taps, a FastConv on its sub-kernel w[:, :, kh0::sh, kw0::sw]
+        (stride 1, no padding, no bias). The sub-kernels are refreshed in place when the weight
+        changes (copy_ moves their version, so their packing is rebuilt), made anew on another
+        device or shape."""
+        c = self.conv_transpose2d
+        w, (sh, sw) = c.weight.detach(), c.stride
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
+        if self._sub_key == key:
+            return self._phases, self._subs
+        fresh = self._sub_key is None or self._sub_key[2:] != key[2:]
+        plist = phases(c.kernel_size, c.stride, c.padding)
+        if fresh:
+            self._subs = [None if not (p.taps_h and p.taps_w) else FastConv(SimpleNamespace(
+                weight=w[:, :, p.kh0::sh, p.kw0::sw].contiguous(), bias=None, kernel_size=(p.taps_h, p.taps_w),
+                stride=(1, 1), padding=(0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1,
+                out_channels=c.out_channels)) for p in plist]
+        else:
+            for p, sub in zip(plist, self._subs):
+                if sub is not None:
+                    sub.conv_transpose2d.weight.copy_(w[:, :, p.kh0::sh, p.kw0::sw])
+        self._phases, self._sub_key = plist, key
+        return plist, self._subs
+
+    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.applies(x):
+            return super().__call__(x, extra_bias)
+        from ct2d_tails import tails
+        self._extra = extra_bias
+        c = self.conv_transpose2d
+        plist, subs = self._sub_convs()
+        empty = x.new_empty(0)
+        ys = [sub(x) if sub is not None else empty for sub in subs]
+        n, _, h, w = x.shape
+        (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
+        offsets = [v for p in plist for v in (p.ch, p.cw)]
+        a, b = self.epilogue_args
+        return tails.phase_interleave(ys, offsets, sh, sw, n, c.out_channels, output_size(h, kh, sh, ph, oph),
+                                      output_size(w, kw, sw, pw, opw), self._bias(), EPILOGUES.index(self.epilogue),
+                                      a, b)
+
+    def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> Plan:
+        if not self.applies(x):
+            return super().plan(x, extra_bias)
+        plist, subs = self._sub_convs()
+        plans = [(p, sub.plan(x)) for p, sub in zip(plist, subs) if sub is not None]
+        kernels = sorted({q.kernel for _, q in plans})
+        shapes = ", ".join(f"{p.taps_h}x{p.taps_w}" for p, _ in plans)
+        return Plan(kernels[0], plans[0][1].file,
+                    f"{len(plans)} stride-1 phase convolutions (sub-kernels {shapes}) on {', '.join(kernels)}; "
+                    f"then phase_interleave (ct2d_tails.py) with the bias and epilogue {self.epilogue}",
+                    plans[0][1].io)
