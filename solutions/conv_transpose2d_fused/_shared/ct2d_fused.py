@@ -71,7 +71,7 @@ class FastConv:
 class SplitConv(FastConv):
     """A strided convolution as its phases' stride-1 convolutions on the library (ct2d_phases.py),
     interleaved by one pass that adds the bias (the extra one folded in) and applies the epilogue
-    (ct2d_tails.py: phase_interleave). Where it does not apply (stride 1, groups, dilation, more
+    (split.cu: phase_interleave). Where it does not apply (stride 1, groups, dilation, more
     than 16 phases, not fp32 CUDA) the call is FastConv's. Not yet any solution's path: written
     without a GPU, for the strided problems the phase kernel computes too slowly
     (docs/perf-notes.md, "The fused family"); tests/test_gpu_fused.py holds it to PyTorch."""
@@ -113,7 +113,7 @@ class SplitConv(FastConv):
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
         if not self.applies(x):
             return super().__call__(x, extra_bias)
-        from ct2d_tails import tails
+        from ct2d_split import split
         self._extra = extra_bias
         c = self.conv_transpose2d
         plist, subs = self._sub_convs()
@@ -123,7 +123,7 @@ class SplitConv(FastConv):
         (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
         offsets = [v for p in plist for v in (p.ch, p.cw)]
         a, b = self.epilogue_args
-        return tails.phase_interleave(ys, offsets, sh, sw, n, c.out_channels, output_size(h, kh, sh, ph, oph),
+        return split.phase_interleave(ys, offsets, sh, sw, n, c.out_channels, output_size(h, kh, sh, ph, oph),
                                       output_size(w, kw, sw, pw, opw), self._bias(), EPILOGUES.index(self.epilogue),
                                       a, b)
 
@@ -136,5 +136,5 @@ class SplitConv(FastConv):
         shapes = ", ".join(f"{p.taps_h}x{p.taps_w}" for p, _ in plans)
         return Plan(kernels[0], plans[0][1].file,
                     f"{len(plans)} stride-1 phase convolutions (sub-kernels {shapes}) on {', '.join(kernels)}; "
-                    f"then phase_interleave (ct2d_tails.py) with the bias and epilogue {self.epilogue}",
+                    f"then phase_interleave (split.cu) with the bias and epilogue {self.epilogue}",
                     plans[0][1].io)

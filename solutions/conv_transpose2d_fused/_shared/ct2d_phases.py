@@ -8,7 +8,7 @@ That is the stride-1, unpadded transposed convolution of x with the sub-kernel w
 t = i + c: its output row t is the phase's row i. Likewise for columns. So the stride-(sh, sw)
 convolution is sh * sw stride-1 ones with about 1 / (sh sw) of the taps each, which the library runs
 on its stride-1 kernels (wgmma on the H200), and a pass that interleaves their outputs into y, adds
-the bias and applies the epilogue (ct2d_tails.py: phase_interleave)."""
+the bias and applies the epilogue (split.cu: phase_interleave)."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -1,0 +1,34 @@
+"""The build of split.cu: phase_interleave, the pass of ct2d_fused.SplitConv that puts a strided
+convolution's phase outputs in place with the bias and the library's epilogue (its header,
+fast/epilogue.cuh, on the include path). Apart from the tails' build (ct2d_tails.py), which the
+solutions use today: this one has not yet run on a GPU."""
+import hashlib
+from pathlib import Path
+
+from torch.utils.cpp_extension import load_inline
+
+_HERE = Path(__file__).resolve().parent
+FAST_DIR = _HERE.parents[1] / "conv_transpose2d" / "_shared" / "fast"
+
+_DECL = """
+torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int64_t> offsets, int64_t stride_h,
+    int64_t stride_w, int64_t N, int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue,
+    double epi_a, double epi_b);
+"""
+
+
+def _source() -> str:
+    """split.cu headed by a digest of the library headers it includes: torch's build cache keys on
+    the source text, so a change in epilogue.cuh or common.cuh rebuilds."""
+    digest = hashlib.sha256(b"".join((FAST_DIR / f).read_bytes() for f in ("epilogue.cuh", "common.cuh")))
+    return f"// fast/ headers sha256 {digest.hexdigest()}\n" + (_HERE / "split.cu").read_text()
+
+
+split = load_inline(
+    name="ct2d_fused_split",
+    cpp_sources=_DECL,
+    cuda_sources=_source(),
+    functions=["phase_interleave"],
+    extra_include_paths=[str(FAST_DIR)],
+    extra_cuda_cflags=["-O3", "-std=c++17"],
+)
