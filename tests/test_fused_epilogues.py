@@ -80,3 +80,69 @@ def test_a_strided_transposed_convolution_is_its_phases_stride_1_convolutions_in
                 for q in plist]
         got = interleave_reference(subs, plist, s, (2, 4, hout, wout), x, bias, torch.tanh)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12), (k, s, p, op, h, w)
+
+
+def test_split_conv_plumbing_with_the_library_and_the_interleave_kernel_emulated(monkeypatch):
+    """SplitConv's Python on the CPU: the library's call emulated by PyTorch's convolution of the
+    arguments it is given (weight, stride, padding, bias), split.cu's phase_interleave by its
+    per-element indexing written again in PyTorch; the result is the strided convolution with the
+    extra bias and the epilogue, and follows an in-place weight update."""
+    import importlib.util
+    import sys
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    shared = REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"
+    src = (shared / "ct2d_fast.py").read_text()
+    cut = src[src.index("WGMMA = _hopper_target()"):src.index("# fast/epilogue.cuh's kinds")]
+    fast = types.ModuleType("ct2d_fast")
+    fast.__file__ = str(shared / "ct2d_fast.py")
+    monkeypatch.syspath_prepend(str(shared))
+    exec(compile(src.replace(cut, "WGMMA = False\n\n\n"), str(shared / "ct2d_fast.py"), "exec"), fast.__dict__)
+
+    def forward(self, x):  # the library's call: what its arguments say
+        c = self.conv_transpose2d
+        return F.conv_transpose2d(x, c.weight, self._bias(), c.stride, c.padding, c.output_padding, c.groups,
+                                  c.dilation)
+    fast.FastConvTranspose2d.forward = forward
+
+    def phase_interleave(subs, offsets, sh, sw, n, c, h, w, bias, kind, a, b):  # split.cu's indexing
+        e = torch.arange(n * c * h * w)
+        ow, oh, nc = e % w, e // w % h, e // (h * w)
+        p = (oh % sh) * sw + ow % sw
+        v = torch.zeros(e.shape, dtype=torch.float64)
+        for q, sub in enumerate(subs):
+            if sub.numel() == 0:
+                continue
+            t, u = oh // sh + offsets[2 * q], ow // sw + offsets[2 * q + 1]
+            m = (p == q) & (t < sub.shape[2]) & (u < sub.shape[3])
+            v[m] = sub.reshape(-1, sub.shape[2], sub.shape[3])[nc[m], t[m], u[m]]
+        if bias is not None:
+            v = v + bias[nc % c]
+        assert fast.EPILOGUES[kind] == "tanh"
+        return torch.tanh(v).reshape(n, c, h, w)
+    monkeypatch.setitem(sys.modules, "ct2d_fast", fast)
+    monkeypatch.setitem(sys.modules, "ct2d_split", types.SimpleNamespace(split=types.SimpleNamespace(
+        phase_interleave=phase_interleave)))
+    monkeypatch.syspath_prepend(str(FUSED / "_shared"))
+    # loaded under a name of its own, so no later import of ct2d_fused (the GPU tests') finds this one
+    spec = importlib.util.spec_from_file_location("ct2d_fused_emulated", FUSED / "_shared" / "ct2d_fused.py")
+    ct2d_fused = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ct2d_fused)
+    monkeypatch.setattr(ct2d_fused.SplitConv, "applies", lambda self, x: True)
+
+    torch.manual_seed(0)
+    for k, s, p, op in [((3, 3), (2, 2), (1, 1), (1, 1)), ((4, 4), (2, 2), (0, 0), (0, 0)),
+                        ((5, 3), (3, 2), (2, 0), (1, 1)), ((2, 3), (3, 4), (0, 1), (2, 0))]:
+        conv = torch.nn.ConvTranspose2d(3, 5, k, stride=s, padding=p, output_padding=op).double()
+        extra = torch.randn(5, 1, 1, dtype=torch.float64)
+        split = ct2d_fused.SplitConv(conv, "tanh", sign=-1.0)
+        x = torch.randn(2, 3, 7, 6, dtype=torch.float64)
+        with torch.no_grad():
+            for _ in range(2):
+                folded = (conv.bias - extra.reshape(-1)).float().double()  # the bias vector is fp32, as the kernels take it
+                want = torch.tanh(F.conv_transpose2d(x, conv.weight, folded, s, p, op))
+                torch.testing.assert_close(split(x, extra_bias=extra), want, rtol=1e-12, atol=1e-12)
+                conv.weight.mul_(-0.5)
