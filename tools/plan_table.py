@@ -46,7 +46,12 @@ def floor_ms(init: list, x_shape: tuple, out_shape: tuple, cls: str, bandwidth: 
     for d in out_shape:
         elems_out *= d
     size = 2 if cls == "bf16" else 4
-    return max(flop / (PEAK_TFLOPS[cls] * 1e9), (elems + elems_out) * size / (bandwidth * 1e9))
+    return roofline_ms(flop, (elems + elems_out) * size, cls, bandwidth)
+
+
+def roofline_ms(flop: float, nbytes: float, cls: str, bandwidth: float = BANDWIDTH_TBS) -> float:
+    """max(FLOP at the class's dense peak, bytes at the bandwidth), in ms."""
+    return max(flop / (PEAK_TFLOPS[cls] * 1e9), nbytes / (bandwidth * 1e9))
 
 
 def shapes(mod, init: list) -> tuple[tuple, tuple]:
@@ -159,7 +164,7 @@ def fused_rows(times: dict) -> list[dict]:
         pid = problem.id.split("_")[0]
         flop = 0.0 if pid in ALGEBRA else 2.0 * n * cin * (conv.out_channels // conv.groups) * h * w * kh * kw
         nbytes = 4.0 * (x.numel() + conv.weight.numel() + y.numel())
-        floor = max(flop / (PEAK_TFLOPS["tf32"] * 1e9), nbytes / (BANDWIDTH_TBS * 1e9))
+        floor = roofline_ms(flop, nbytes, "tf32")
         sol = next(s for s in solutions.for_problem(problem) if s.name == "fast")
         text = Path(sol.path).read_text()
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
