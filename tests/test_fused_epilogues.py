@@ -146,3 +146,84 @@ def test_split_conv_plumbing_with_the_library_and_the_interleave_kernel_emulated
                 want = torch.tanh(F.conv_transpose2d(x, conv.weight, folded, s, p, op))
                 torch.testing.assert_close(split(x, extra_bias=extra), want, rtol=1e-12, atol=1e-12)
                 conv.weight.mul_(-0.5)
+
+
+def _sp_emulated(x, w, stride, padding, output_padding):
+    """What sphase.cu's ct2d_sp computes, in float64 on the CPU, reading the packed weights through
+    the kernel's own index arithmetic (wp offset per phase, 64-channel block, 32-channel chunk, tap,
+    k-step, m-tile, lane, element; the A fragment's (row, column) of each element) and x at the
+    rows and columns its staging and B fragments read (i + ch - a, j + cw - b; zero outside)."""
+    import torch
+
+    from ct2d_phases import output_size, phases
+    from ct2d_sphase import CHUNK, CO_BLOCK, pack_weights
+
+    n, cin, hin, win = x.shape
+    cout, (kh, kw), (sh, sw) = w.shape[1], w.shape[2:], stride
+    plist = phases((kh, kw), stride, padding)
+    packed, offsets = pack_weights(w, plist, stride)
+    packed = packed.double()
+    cin8, cob = -(-cin // 8) * 8, -(-cout // CO_BLOCK)
+    hout = output_size(hin, kh, sh, padding[0], output_padding[0])
+    wout = output_size(win, kw, sw, padding[1], output_padding[1])
+    y = torch.zeros(n, cout, hout, wout, dtype=torch.float64)
+    lane = torch.arange(32)
+    g, t = lane // 4, lane % 4
+    for p, woff in zip(plist, offsets):
+        taps = p.taps_h * p.taps_w
+        rows, cols = len(range(p.rh, hout, sh)), len(range(p.rw, wout, sw))
+        if rows == 0 or cols == 0:
+            continue
+        a_mat = torch.zeros(max(taps, 1), cob * CO_BLOCK, cin8, dtype=torch.float64)  # [tap][co][ci]
+        for cb in range(cob):
+            for kc in range(-(-cin8 // CHUNK)):
+                kcs = min(CHUNK, cin8 - kc * CHUNK)
+                base = woff + taps * CO_BLOCK * (cb * cin8 + kc * CHUNK)
+                for tt in range(taps):
+                    for ks in range(kcs // 8):
+                        for m in range(4):
+                            for e in range(4):
+                                idx = base + (((tt * (kcs // 8) + ks) * 4 + m) * 32 + lane) * 4 + e
+                                co = cb * CO_BLOCK + m * 16 + g + 8 * (e & 1)
+                                ci = kc * CHUNK + ks * 8 + t + 4 * (e >> 1)
+                                a_mat[tt, co, ci] = packed[idx]
+        acc = torch.zeros(n, cob * CO_BLOCK, rows, cols, dtype=torch.float64)
+        for a in range(p.taps_h):
+            for b in range(p.taps_w):
+                xs = torch.zeros(n, cin8, rows, cols, dtype=torch.float64)
+                r0, c0 = p.ch - a, p.cw - b
+                ri = torch.arange(rows) + r0
+                cj = torch.arange(cols) + c0
+                rok, cok = (ri >= 0) & (ri < hin), (cj >= 0) & (cj < win)
+                sub = x.double()[:, :, ri.clamp(0, hin - 1)][:, :, :, cj.clamp(0, win - 1)]
+                xs[:, :cin] = sub * (rok[:, None] & cok[None, :])
+                acc += torch.einsum("oc,ncij->noij", a_mat[a * p.taps_w + b], xs)
+        y[:, :, p.rh::sh, p.rw::sw] = acc[:, :cout]
+    return y
+
+
+def test_strided_conv_packing_and_indexing_emulated_match_pytorch():
+    """StridedConv's weights as pack_weights lays them out and ct2d_sp indexes them (and x), emulated
+    in float64 on the CPU: the strided convolution of PyTorch (weights rounded to TF32, as packed) on
+    geometries with 1, 2 and 4 taps per phase, phases without taps, partial 32-channel chunks,
+    channels not a multiple of 8 or 64, uneven strides. A weight packed for the wrong tap or
+    channel fails it."""
+    import sys
+
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_sphase import round_tf32
+
+    torch.manual_seed(0)
+    cases = [(64, 64, (3, 3), (2, 2), (1, 1), (1, 1)), (64, 128, (4, 4), (2, 2), (0, 0), (0, 0)),
+             (24, 128, (4, 4), (2, 2), (1, 1), (1, 1)), (16, 48, (5, 3), (3, 2), (2, 0), (1, 1)),
+             (16, 64, (2, 3), (3, 4), (0, 1), (2, 0)), (7, 7, (3, 3), (2, 2), (1, 1), (1, 1)),
+             (72, 80, (3, 2), (2, 2), (0, 1), (1, 0))]
+    for cin, cout, k, s, p, op in cases:
+        x = torch.randn(2, cin, 5, 7)
+        w = torch.randn(cin, cout, *k)
+        got = _sp_emulated(x, w, s, p, op)
+        want = F.conv_transpose2d(x.double(), round_tf32(w).double(), None, s, p, op)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=f"{cin, cout, k, s, p, op}")

@@ -129,43 +129,69 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: f"{c[1]}ch_k{c[2][0]}x{c[2][1]}_s{c[3][0]}x{c[3][1]}")
+# StridedConv (ct2d_fused.py, sphase.cu: one implicit GEMM per phase) on the same cases, and on
+# the family's geometries with 64 input channels (two 32-channel chunks) and images several tiles
+# wide and high (4 x 64 phase pixels per block), (cin, cout, kernel, stride, padding, output
+# padding, x's height and width).
+STRIDED_CASES = [c + ((19, 23),) for c in SPLIT_CASES] + [
+    (64, 64, (3, 3), (2, 2), (1, 1), (1, 1), (9, 70)),
+    (64, 128, (4, 4), (2, 2), (0, 0), (0, 0), (6, 131)),
+    (72, 80, (3, 2), (2, 2), (0, 1), (1, 0), (13, 66)),
+]
+WAYS = {"split": ("SplitConv", "stride-1 phase convolutions"), "strided": ("StridedConv", "phase GEMMs")}
+
+
+def _case_id(c):
+    return f"{c[1]}ch_k{c[2][0]}x{c[2][1]}_s{c[3][0]}x{c[3][1]}" + (f"_{c[6][0]}x{c[6][1]}" if len(c) > 6 else "")
+
+
+@pytest.mark.parametrize("way, case", [("split", c + ((19, 23),)) for c in SPLIT_CASES]
+                         + [("strided", c) for c in STRIDED_CASES], ids=lambda v: v if isinstance(v, str) else _case_id(v))
 @pytest.mark.parametrize("epilogue, a, b", [("none", 0.0, 0.0), ("tanh", 0.0, 0.0), ("add_min_gelu_scale", 0.5, 2.0)])
-def test_split_conv_matches_pytorch(case, epilogue, a, b):
+def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
     import torch
     import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
 
     sys.path.insert(0, str(FUSED / "_shared"))
-    from ct2d_fused import SplitConv
+    import ct2d_fused
     from harness.verdict.numerics import compare
 
-    cin, cout, k, s, p, op = case
+    cin, cout, k, s, p, op, (h, w) = case
     torch.manual_seed(0)
     conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda()
     extra = torch.randn(cout, 1, 1, device="cuda")
-    x = torch.rand(2, cin, 19, 23, device="cuda")
-    split = SplitConv(conv, epilogue, (a, b), sign=-1.0)
+    x = torch.rand(2, cin, h, w, device="cuda")
+    cls, words = WAYS[way]
+    split = getattr(ct2d_fused, cls)(conv, epilogue, (a, b), sign=-1.0)
     with torch.no_grad():
         plan = split.plan(x, extra_bias=extra)
-        out = split(x, extra_bias=extra)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = split(x, extra_bias=extra)
+            torch.cuda.synchronize()
         y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), s, p, op)
         truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
-    assert "stride-1 phase convolutions" in plan.config, plan
+    assert words in plan.config, plan
+    if way == "strided":
+        ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0]
+               for e in prof.key_averages()}
+        assert "ct2d_sp" in ran, sorted(ran)
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
     result = compare(out, truth, torch.float32, tf32)
     assert result.ok, result.message
 
 
-def test_split_conv_follows_the_weight_in_place_and_on_a_new_tensor():
+@pytest.mark.parametrize("cls", ["SplitConv", "StridedConv"])
+def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(cls):
     import torch
     import torch.nn.functional as F
 
     sys.path.insert(0, str(FUSED / "_shared"))
-    from ct2d_fused import SplitConv
+    import ct2d_fused
 
     torch.manual_seed(0)
     conv = torch.nn.ConvTranspose2d(16, 64, 3, stride=2, padding=1, output_padding=1).cuda()
-    split = SplitConv(conv)
+    split = getattr(ct2d_fused, cls)(conv)
     x = torch.rand(2, 16, 11, 13, device="cuda")
     with torch.no_grad():
         for change in (lambda: None, lambda: conv.weight.mul_(-2.0),

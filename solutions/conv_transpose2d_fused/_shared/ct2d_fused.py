@@ -18,7 +18,7 @@ sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
 from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
 from ct2d_phases import output_size, phases  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv", "SplitConv"]
+__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv"]
 
 
 class FastConv:
@@ -72,9 +72,10 @@ class SplitConv(FastConv):
     """A strided convolution as its phases' stride-1 convolutions on the library (ct2d_phases.py),
     interleaved by one pass that adds the bias (the extra one folded in) and applies the epilogue
     (split.cu: phase_interleave). Where it does not apply (stride 1, groups, dilation, more
-    than 16 phases, not fp32 CUDA) the call is FastConv's. Not yet any solution's path: written
-    without a GPU, for the strided problems the phase kernel computes too slowly
-    (docs/perf-notes.md, "The fused family"); tests/test_gpu_fused.py holds it to PyTorch."""
+    than 16 phases, not fp32 CUDA) the call is FastConv's. Correct on the H200
+    (tests/test_gpu_fused.py) but slower than the phase kernel on 2, 16 and 36 and than
+    StridedConv everywhere measured (docs/perf-notes.md, "The fused family"): no solution's path,
+    kept as tools/bench_strided.py's third way."""
 
     def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
         super().__init__(conv, epilogue, epilogue_args, sign)
@@ -138,3 +139,65 @@ class SplitConv(FastConv):
                     f"{len(plans)} stride-1 phase convolutions (sub-kernels {shapes}) on {', '.join(kernels)}; "
                     f"then phase_interleave (split.cu) with the bias and epilogue {self.epilogue}",
                     plans[0][1].io)
+
+
+class StridedConv(FastConv):
+    """A strided convolution as one implicit GEMM per output phase on TF32 mma.sync (sphase.cu:
+    ct2d_sp), the bias (the extra one folded in) and the epilogue in its store: for KernelBench
+    level 2's strided problems (64 input channels, large images), where the library's phase kernel
+    computes too slowly (docs/perf-notes.md, "The fused family"). Where it does not apply (stride
+    1, groups, dilation, more than 16 phases or 4 taps per phase, not fp32 CUDA) the call is
+    FastConv's. The weights are packed once per weight version (ct2d_sphase.pack_weights)."""
+
+    def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
+        super().__init__(conv, epilogue, epilogue_args, sign)
+        self._sp = self._sp_key = None
+
+    def applies(self, x: torch.Tensor) -> bool:
+        from ct2d_sphase import MAX_TAPS
+        c = self.conv_transpose2d
+        (sh, sw), (kh, kw) = c.stride, c.kernel_size
+        return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 4 and c.groups == 1
+                and tuple(c.dilation) == (1, 1) and (sh, sw) != (1, 1) and sh * sw <= 16
+                and -(-kh // sh) * -(-kw // sw) <= MAX_TAPS)
+
+    def _packed_sp(self):
+        from ct2d_sphase import pack_weights
+        c = self.conv_transpose2d
+        w = c.weight.detach()
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
+        if self._sp_key != key:
+            plist = phases(c.kernel_size, c.stride, c.padding)
+            packed, offsets = pack_weights(w, plist, c.stride)
+            self._sp, self._sp_key = (plist, packed, offsets), key
+        return self._sp
+
+    def _table(self, x: torch.Tensor):
+        c = self.conv_transpose2d
+        (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
+        hout = output_size(x.shape[2], kh, sh, ph, oph)
+        wout = output_size(x.shape[3], kw, sw, pw, opw)
+        from ct2d_sphase import phase_table
+        plist, packed, offsets = self._packed_sp()
+        return packed, phase_table(plist, offsets, hout, wout, c.stride), hout, wout
+
+    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.applies(x):
+            return super().__call__(x, extra_bias)
+        from ct2d_sphase import extension
+        self._extra = extra_bias
+        c = self.conv_transpose2d
+        packed, table, hout, wout = self._table(x)
+        a, b = self.epilogue_args
+        return extension().sp_conv(x.contiguous(), packed, self._bias(), table, c.out_channels, hout, wout,
+                                   c.stride[0], c.stride[1], EPILOGUES.index(self.epilogue), a, b)
+
+    def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> Plan:
+        if not self.applies(x):
+            return super().plan(x, extra_bias)
+        c = self.conv_transpose2d
+        plist = phases(c.kernel_size, c.stride, c.padding)
+        taps = ", ".join(f"{p.taps_h}x{p.taps_w}" for p in plist)
+        return Plan("ct2d_sp", "../../conv_transpose2d_fused/_shared/sphase.cu",
+                    f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, 64 channels x 4x64 pixels per "
+                    f"block, x rounded to nearest TF32; epilogue {self.epilogue} in the store", "fp32")

@@ -1,7 +1,7 @@
 """The build of split.cu: phase_interleave, the pass of ct2d_fused.SplitConv that puts a strided
 convolution's phase outputs in place with the bias and the library's epilogue (its header,
 fast/epilogue.cuh, on the include path). Apart from the tails' build (ct2d_tails.py), which the
-solutions use today: this one has not yet run on a GPU."""
+solutions use: no solution takes SplitConv (correct on the H200, slower; docs/perf-notes.md)."""
 import hashlib
 from pathlib import Path
 

@@ -1,9 +1,10 @@
-"""A/B of the fused family's strided problems: each fast solution as it is (the phase kernel) and
-with its convolution run as stride-1 phase convolutions (ct2d_fused.SplitConv), on the benchmark
-input, the outputs compared with each other, each timed by CUDA events (median of --calls calls,
+"""A/B/C of the fused family's strided problems: each fast solution's model with its convolution
+run three ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions
+interleaved (SplitConv) and one implicit GEMM per phase (StridedConv, sphase.cu), on the benchmark
+input, the outputs compared with FastConv's, each timed by CUDA events (median of --calls calls,
 L2 flushed before each), alternating in rounds. Needs a GPU.
 
-    PYTHONPATH=. python tools/bench_split.py [--calls 30] [--rounds 5] [--problems 2 5 16 36 91 93]
+    PYTHONPATH=. python tools/bench_strided.py [--calls 30] [--rounds 5] [--problems 2 5 16 36 91 93]
 
 A decision aid for the next step of issue 48 (docs/perf-notes.md, "The fused family"), not the
 harness's timing: a solution's speed is what `python run_eval.py --problem conv_transpose2d_fused`
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--problems", nargs="*", default=["2", "5", "16", "36", "91", "93"])
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
-    from ct2d_fused import SplitConv
+    from ct2d_fused import FastConv, SplitConv, StridedConv
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
@@ -48,8 +49,9 @@ def main(argv=None) -> int:
             times.append(start.elapsed_time(end))
         return statistics.median(times)
 
-    print("| problem | phase kernel ms | split ms | phase / split | max abs difference | split plan |")
-    print("|---|---|---|---|---|---|")
+    ways = {"phase kernel": FastConv, "split": SplitConv, "strided": StridedConv}
+    print("| problem | " + " | ".join(f"{w} ms" for w in ways) + " | max abs difference from the phase kernel | plan |")
+    print("|---|" + "---|" * (len(ways) + 2))
     for problem in problems.select("conv_transpose2d_fused"):
         pid = problem.id.split("_")[0]
         if pid not in args.problems:
@@ -59,24 +61,24 @@ def main(argv=None) -> int:
         sol = next(s for s in solutions.for_problem(problem) if s.name == "fast")
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
         [x] = make_inputs(mod, 1, "cuda")
-        fast = model.fast
-        split = SplitConv(fast.conv_transpose2d, fast.epilogue, fast.epilogue_args, fast.sign)
+        f = model.fast
+        convs = {w: cls(f.conv_transpose2d, f.epilogue, f.epilogue_args, f.sign) for w, cls in ways.items()}
         extra = getattr(model, "bias", None) if "extra_bias" in Path(sol.path).read_text() else None
         with torch.no_grad():
-            plan = split.plan(x, extra_bias=extra)
-            a = model(x).clone()
-            model.fast = split
-            b = model(x)
-            diff = (a - b).abs().max().item()
-            phase_ms, split_ms = [], []
+            plan = convs["strided"].plan(x, extra_bias=extra)
+            outs, times = {}, {w: [] for w in ways}
+            for w, conv in convs.items():
+                model.fast = conv
+                outs[w] = model(x).clone()
+            diffs = [(outs[w] - outs["phase kernel"]).abs().max().item() for w in ways if w != "phase kernel"]
+            del outs
             for _ in range(args.rounds):
-                model.fast = fast
-                phase_ms.append(timed(model, x))
-                model.fast = split
-                split_ms.append(timed(model, x))
-        ph, sp = statistics.median(phase_ms), statistics.median(split_ms)
-        print(f"| {pid} | {ph:.3f} | {sp:.3f} | {ph / sp:.2f}x | {diff:.2e} | {plan.config} |", flush=True)
-        del model, x, a, b
+                for w, conv in convs.items():
+                    model.fast = conv
+                    times[w].append(timed(model, x))
+        ms = " | ".join(f"{statistics.median(times[w]):.3f}" for w in ways)
+        print(f"| {pid} | {ms} | {', '.join(f'{d:.2e}' for d in diffs)} | {plan.config} |", flush=True)
+        del model, x
         torch.cuda.empty_cache()
     return 0
 

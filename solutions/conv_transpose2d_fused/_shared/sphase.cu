@@ -1,0 +1,255 @@
+// ct2d_sp: a strided ConvTranspose2d (groups 1, dilation 1, fp32) as one implicit GEMM per output
+// phase on TF32 mma.sync, with the bias and the library's epilogue in its store. Built by
+// ct2d_sphase.py; ct2d_fused.StridedConv packs the weights and calls it.
+//
+// Output phase (rh, rw) (ct2d_phases.py): y[n, co, rh + sh i, rw + sw j] = bias[co] +
+//   sum over taps (a, b) < (th, tw) and ci of w[ci, co, kh0 + sh a, kw0 + sw b] x[n, ci, i + ch - a, j + cw - b],
+// a GEMM of M = output channels, N = the phase's pixels, K = ci x taps, with no zero of the
+// strided convolution multiplied.
+// A block owns one phase, one image, 64 output channels and BI x BJ of the phase's pixels (the
+// phase is blockIdx.x's fastest index, so the blocks of the sh * sw phases of one tile run
+// together and share x's tile in L2). Per chunk of 32 input channels it stages, with cp.async,
+//   - the chunk's weights of its phase, packed on the host in mma.sync's A-fragment order and
+//     rounded to TF32: ws[tap][k-step][m-tile][lane][4];
+//   - x's tile, channel by channel, rows and columns as in x (zero outside): xs[ci][row][col] with
+//     a channel stride CS = 8 (mod 32), so the B fragments' loads (lanes: 4 channels x 8 columns)
+//     hit 32 different banks;
+// then each warp computes 64 channels x 32 pixels (one row i, 32 columns j) of its tile: per tap
+// and 8 channels, 4 A fragments (one 16-byte load each), 4 B fragments (x rounded to nearest TF32,
+// as the library's fused kernels do: epilogue.cuh, kRoundX) and 16 MMAs.
+// The accumulators go through shared memory (ys[co][pixel]) and are written once, row by row of
+// the phase, with the bias and the epilogue, as streaming stores (the phase's columns are sw
+// apart; the other column phases' blocks, running at the same time, fill the rest of each line
+// in L2).
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include <vector>
+
+#include "epilogue.cuh"  // the library's epilogues and helpers (solutions/conv_transpose2d/_shared/fast/)
+
+// SP_ABLATE (tools/ablate_sp.py only; 0 in every solution's build): bits that leave one stage out,
+// to place the kernel's time without hardware counters: 1 x's staging, 2 the MMAs, 4 the output's
+// global stores (the values still go through shared memory; one impossible value is stored, so the
+// products stay live), 8 the weights' staging.
+#ifndef SP_ABLATE
+#define SP_ABLATE 0
+#endif
+
+namespace {
+
+constexpr int kSpThreads = 256;  // 8 warps
+constexpr int kBI = 4;           // phase rows per block (one per pair of warps)
+constexpr int kBJ = 64;          // phase columns per block (32 per warp)
+constexpr int kCoB = 64;         // output channels per block (4 m-tiles of 16)
+constexpr int kKC = 32;          // input channels per staged chunk
+constexpr int kYS = kBI * kBJ + 8;  // ys's channel stride (8 mod 32: conflict-free float2 stores)
+constexpr int kSpMaxPhases = 16;
+constexpr int kSpMaxTaps = 4;    // taps per phase (th * tw): the weights' shared memory
+
+struct SpPhase {
+  int rh, rw, th, tw, ch, cw, rows, cols;
+  long long woff;  // its packed weights in wp (floats)
+};
+
+struct SpArgs {
+  int N, Cin, Cin8, Hin, Win, Cout, Hout, Wout, sh, sw;
+  int P, tiles_i, tiles_j, nkc, RW, CS, wfloats;
+  SpPhase ph[kSpMaxPhases];
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__global__ void __launch_bounds__(kSpThreads, 2)
+    ct2d_sp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+            float* __restrict__ y, const SpArgs s, const Epilogue epi) {
+  extern __shared__ __align__(16) float smem[];
+  const int p = blockIdx.x % s.P, tile = blockIdx.x / s.P;
+  const int i0 = (tile / s.tiles_j) * kBI, j0 = (tile % s.tiles_j) * kBJ;
+  const int cb = blockIdx.y, n = blockIdx.z;
+  const SpPhase ph = s.ph[p];
+  if (i0 >= ph.rows || j0 >= ph.cols) return;  // this phase has fewer rows or columns than the largest
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wr = warp >> 1, wc = (warp & 1) * 32;  // the warp's row of the tile and first column
+  const int th = ph.th, tw = ph.tw, T = th * tw;
+  const int R = kBI + th - 1, RWc = kBJ + tw - 1;  // staged rows and columns
+  const int xr0 = i0 + ph.ch - (th - 1), xc0 = j0 + ph.cw - (tw - 1);  // x's row and column at staged (0, 0)
+  float* ws = smem;
+  float* xs = smem + s.wfloats;
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][q][e] = 0.f;
+
+  for (int kc = 0; kc < s.nkc; ++kc) {
+    const int kcs = min(kKC, s.Cin8 - kc * kKC);
+    if (kc > 0) __syncthreads();  // every warp is done with the previous chunk
+    // the chunk's weights (contiguous: T taps x kcs channels x 64 output channels)
+    const float* wsrc = wp + ph.woff + (long long)T * kCoB * ((long long)cb * s.Cin8 + kc * kKC);
+    const int nf4 = T * kcs * (kCoB / 4);
+#if !(SP_ABLATE & 8)
+    for (int e = tid; e < nf4; e += kSpThreads) cp_async16(smem_addr(ws + 4 * e), wsrc + 4 * e);
+#endif
+    // x's tile: one (channel, row) per warp at a time, lanes along the columns
+#if SP_ABLATE & 1
+    for (int row = warp; row < 0; row += kSpThreads / 32) {
+#else
+    for (int row = warp; row < kcs * R; row += kSpThreads / 32) {
+#endif
+      const int cl = row / R, r = row - cl * R;
+      const int ci = kc * kKC + cl, ih = xr0 + r;
+      const bool rowok = ci < s.Cin && ih >= 0 && ih < s.Hin;
+      const float* src = rowok ? x + (((long long)n * s.Cin + ci) * s.Hin + ih) * s.Win : x;
+      float* dst = xs + cl * s.CS + r * s.RW;
+      for (int c = lane; c < RWc; c += 32) {
+        const int iw = xc0 + c;
+        const bool ok = rowok && iw >= 0 && iw < s.Win;
+        cp_async4(smem_addr(dst + c), ok ? src + iw : x, ok ? 4u : 0u);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait_0();
+    __syncthreads();
+
+    const int nks = kcs / 8;
+    for (int a = 0; a < th; ++a) {
+      for (int b = 0; b < tw; ++b) {
+        const float* xb = xs + t * s.CS + (wr + th - 1 - a) * s.RW + wc + (tw - 1 - b) + g;
+        const float4* wa = reinterpret_cast<const float4*>(ws) + (a * tw + b) * nks * 4 * 32 + lane;
+#pragma unroll 2
+        for (int ks = 0; ks < nks; ++ks) {
+          uint32_t A[4][4], B[4][2];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float4 v = wa[(ks * 4 + m) * 32];
+            A[m][0] = __float_as_uint(v.x);
+            A[m][1] = __float_as_uint(v.y);
+            A[m][2] = __float_as_uint(v.z);
+            A[m][3] = __float_as_uint(v.w);
+          }
+          const float* xk = xb + ks * 8 * s.CS;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            B[q][0] = to_tf32(xk[q * 8]);
+            B[q][1] = to_tf32(xk[4 * s.CS + q * 8]);
+          }
+#if SP_ABLATE & 2  // the operands' loads kept, the products left out
+          acc[ks & 3][0][0] += __uint_as_float(A[0][0] ^ A[1][1] ^ A[2][2] ^ A[3][3] ^ B[0][0] ^ B[1][1] ^ B[2][0] ^ B[3][1]);
+#else
+#pragma unroll
+          for (int m = 0; m < 4; ++m)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mma_tf32(acc[m][q], A[m], B[q]);
+#endif
+        }
+      }
+    }
+  }
+
+  // the tile through shared memory: ys[co][il * kBJ + jl]
+  __syncthreads();
+  float* ys = smem;
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int px = wr * kBJ + wc + q * 8 + 2 * t, co = m * 16 + g;
+      *reinterpret_cast<float2*>(ys + co * kYS + px) = make_float2(acc[m][q][0], acc[m][q][1]);
+      *reinterpret_cast<float2*>(ys + (co + 8) * kYS + px) = make_float2(acc[m][q][2], acc[m][q][3]);
+    }
+  __syncthreads();
+  for (int row = warp; row < kCoB * kBI; row += kSpThreads / 32) {
+    const int cl = row / kBI, il = row - cl * kBI;
+    const int co = cb * kCoB + cl, i = i0 + il;
+    if (co >= s.Cout || i >= ph.rows) continue;
+    const float bv = bias ? __ldg(bias + co) : 0.f;
+    float* yrow = y + (((long long)n * s.Cout + co) * s.Hout + ph.rh + (long long)s.sh * i) * s.Wout + ph.rw;
+    for (int jl = lane; jl < kBJ; jl += 32) {
+      const int j = j0 + jl;
+#if SP_ABLATE & 4  // one impossible value stored, so the products stay live
+      if (j < ph.cols && epi(ys[cl * kYS + il * kBJ + jl] + bv) == 1234.5f) __stcs(yrow + (long long)s.sw * j, 0.f);
+#else
+      if (j < ph.cols) __stcs(yrow + (long long)s.sw * j, epi(ys[cl * kYS + il * kBJ + jl] + bv));
+#endif
+    }
+  }
+}
+
+}  // namespace
+
+// x: [N, Cin, Hin, Win] fp32 contiguous; wp: the packed weights (ct2d_fused.StridedConv); bias: per
+// output channel or undefined; phases: per phase rh, rw, th, tw, ch, cw, rows, cols, woff; the
+// epilogue as the library's (kind, a, b).
+torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Tensor> bias, std::vector<int64_t> phases,
+                      int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a,
+                      double epi_b) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous(),
+              "sp_conv: x must be a contiguous 4-D fp32 CUDA tensor");
+  TORCH_CHECK(wp.is_cuda() && wp.scalar_type() == at::kFloat && wp.is_contiguous(), "sp_conv: packed weights");
+  TORCH_CHECK(epilogue >= 0 && epilogue < kEpiCount, "sp_conv: unknown epilogue ", epilogue);
+  const int64_t P = sh * sw;
+  TORCH_CHECK(P >= 1 && P <= kSpMaxPhases && (int64_t)phases.size() == 9 * P, "sp_conv: nine values per phase");
+  const c10::cuda::CUDAGuard guard(x.device());
+  SpArgs s{};
+  s.N = (int)x.size(0);
+  s.Cin = (int)x.size(1);
+  s.Cin8 = (s.Cin + 7) / 8 * 8;
+  s.Hin = (int)x.size(2);
+  s.Win = (int)x.size(3);
+  s.Cout = (int)Cout;
+  s.Hout = (int)Hout;
+  s.Wout = (int)Wout;
+  s.sh = (int)sh;
+  s.sw = (int)sw;
+  s.P = (int)P;
+  int rows_max = 0, cols_max = 0, th_max = 1, tw_max = 1, t_max = 1;
+  for (int p = 0; p < P; ++p) {
+    const int64_t* v = phases.data() + 9 * p;
+    SpPhase& q = s.ph[p];
+    q.rh = (int)v[0], q.rw = (int)v[1], q.th = (int)v[2], q.tw = (int)v[3], q.ch = (int)v[4], q.cw = (int)v[5];
+    q.rows = (int)v[6], q.cols = (int)v[7], q.woff = v[8];
+    TORCH_CHECK(q.th * q.tw <= kSpMaxTaps, "sp_conv: at most ", kSpMaxTaps, " taps per phase");
+    rows_max = std::max(rows_max, q.rows);
+    cols_max = std::max(cols_max, q.cols);
+    th_max = std::max(th_max, q.th);
+    tw_max = std::max(tw_max, q.tw);
+    t_max = std::max(t_max, q.th * q.tw);
+  }
+  auto y = torch::empty({s.N, Cout, Hout, Wout}, x.options());
+  if (y.numel() == 0) return y;
+  s.tiles_i = (rows_max + kBI - 1) / kBI;
+  s.tiles_j = (cols_max + kBJ - 1) / kBJ;
+  s.nkc = (s.Cin8 + kKC - 1) / kKC;
+  s.RW = kBJ + tw_max - 1;
+  s.CS = (kBI + th_max - 1) * s.RW;
+  s.CS += ((8 - s.CS) % 32 + 32) % 32;  // 8 mod 32
+  s.wfloats = t_max * kKC * kCoB;
+  const int co_blocks = (int)((Cout + kCoB - 1) / kCoB);
+  TORCH_CHECK(wp.numel() >= s.ph[P - 1].woff + (int64_t)s.ph[P - 1].th * s.ph[P - 1].tw * kCoB * s.Cin8 * co_blocks,
+              "sp_conv: the packed weights are too short");
+  const int smem = (int)sizeof(float) * std::max(s.wfloats + kKC * s.CS, kCoB * kYS);
+  static int allowed[64] = {0};  // per device: the shared-memory opt-in is a device's attribute
+  const int dev = x.get_device();
+  if (dev >= 64 || smem > allowed[dev]) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(ct2d_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (dev < 64) allowed[dev] = smem;
+  }
+  const int64_t gx = (int64_t)P * s.tiles_i * s.tiles_j;
+  TORCH_CHECK(gx < (1ll << 31) && s.N <= 65535 && co_blocks <= 65535, "sp_conv: the grid is too large");
+  const float* bp = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->is_cuda() && bias->scalar_type() == at::kFloat && bias->numel() == Cout && bias->is_contiguous(),
+                "sp_conv: bias must be Cout contiguous fp32 values");
+    bp = bias->data_ptr<float>();
+  }
+  const Epilogue e{(int)epilogue, (float)epi_a, (float)epi_b};
+  ct2d_sp<<<dim3((unsigned)gx, co_blocks, s.N), kSpThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
+      x.data_ptr<float>(), wp.data_ptr<float>(), bp, y.data_ptr<float>(), s, e);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
