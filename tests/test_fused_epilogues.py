@@ -227,3 +227,39 @@ def test_strided_conv_packing_and_indexing_emulated_match_pytorch():
         got = _sp_emulated(x, w, s, p, op)
         want = F.conv_transpose2d(x.double(), round_tf32(w).double(), None, s, p, op)
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=f"{cin, cout, k, s, p, op}")
+
+
+def test_strided_conv_x_staging_covers_what_its_fragments_read():
+    """ct2d_sp's x staging, both ways (sphase.cu: XV 1, 4-byte copies from the tile's first column;
+    XV 4, 16-byte copies from the multiple of 4 at or before it, read xs0 further on), with the
+    host's row length RW: for every phase of the fused family's strided geometries and others,
+    every column a B fragment reads (j + cw - b of x) is one the staging copied into that row
+    position, inside RW, and 16-byte copies start 16-byte aligned in shared memory and in x."""
+    import sys
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_phases import phases
+
+    bj = 64  # sphase.cu kBJ
+    for kernel, stride, padding in [((3, 3), (2, 2), (1, 1)), ((4, 4), (2, 2), (1, 1)), ((4, 4), (2, 2), (0, 0)),
+                                    ((5, 3), (3, 2), (2, 0)), ((2, 3), (3, 4), (0, 1)), ((3, 2), (2, 2), (0, 1))]:
+        plist = phases(kernel, stride, padding)
+        tw_max = max(max(p.taps_w for p in plist), 1)
+        for xv in (1, 4):
+            rw = (bj + tw_max - 1 + 3 + 3) // 4 * 4 if xv == 4 else bj + tw_max - 1
+            for p in plist:
+                for j0 in (0, 64, 128):
+                    xc0 = j0 + p.cw - (p.taps_w - 1)
+                    xs0 = xc0 - (xc0 & ~3) if xv == 4 else 0
+                    rwc = bj + p.taps_w - 1
+                    copied = 4 * -(-(xs0 + rwc) // 4) if xv == 4 else rwc  # staged row positions written
+                    assert copied <= rw, (kernel, stride, xv, p)
+                    if xv == 4:
+                        assert (xc0 - xs0) % 4 == 0 and rw % 4 == 0
+                    for b in range(p.taps_w):
+                        for wc in (0, 32):
+                            for col in range(32):  # q * 8 + g
+                                pos = wc + (p.taps_w - 1 - b) + col + xs0
+                                j = j0 + wc + col
+                                assert pos < copied, (kernel, stride, xv, p, b, col)
+                                assert (xc0 - xs0) + pos == j + p.cw - b, (kernel, stride, xv, p, b, col)

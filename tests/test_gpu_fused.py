@@ -138,7 +138,13 @@ STRIDED_CASES = [c + ((19, 23),) for c in SPLIT_CASES] + [
     (64, 128, (4, 4), (2, 2), (0, 0), (0, 0), (6, 131)),
     (72, 80, (3, 2), (2, 2), (0, 1), (1, 0), (13, 66)),
 ]
-WAYS = {"split": ("SplitConv", "stride-1 phase convolutions"), "strided": ("StridedConv", "phase GEMMs")}
+# (class, words of its plan, StridedConv's staging and persistent); the 16-byte ways on x widths
+# that allow 16-byte copies
+WAYS = {"split": ("SplitConv", "stride-1 phase convolutions", None, False),
+        "strided": ("StridedConv", "4-byte copies", 4, False), "strided16": ("StridedConv", "16-byte copies", 16, False),
+        "persistent": ("StridedConv", "persistent blocks", 4, True),
+        "persistent16": ("StridedConv", "16-byte copies", 16, True)}
+STRIDED16_CASES = [c[:6] + ((c[6][0], -(-c[6][1] // 4) * 4),) for c in STRIDED_CASES]
 
 
 def _case_id(c):
@@ -146,7 +152,8 @@ def _case_id(c):
 
 
 @pytest.mark.parametrize("way, case", [("split", c + ((19, 23),)) for c in SPLIT_CASES]
-                         + [("strided", c) for c in STRIDED_CASES], ids=lambda v: v if isinstance(v, str) else _case_id(v))
+                         + [(w, c) for w in ("strided", "persistent") for c in STRIDED_CASES]
+                         + [(w, c) for w in ("strided16", "persistent16") for c in STRIDED16_CASES], ids=lambda v: v if isinstance(v, str) else _case_id(v))
 @pytest.mark.parametrize("epilogue, a, b", [("none", 0.0, 0.0), ("tanh", 0.0, 0.0), ("add_min_gelu_scale", 0.5, 2.0)])
 def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
     import torch
@@ -162,8 +169,10 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
     conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda()
     extra = torch.randn(cout, 1, 1, device="cuda")
     x = torch.rand(2, cin, h, w, device="cuda")
-    cls, words = WAYS[way]
+    cls, words, staging, persistent = WAYS[way]
     split = getattr(ct2d_fused, cls)(conv, epilogue, (a, b), sign=-1.0)
+    if staging:
+        split.staging, split.persistent = staging, persistent
     with torch.no_grad():
         plan = split.plan(x, extra_bias=extra)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -172,17 +181,18 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
         y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), s, p, op)
         truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
     assert words in plan.config, plan
-    if way == "strided":
+    if staging:
         ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0]
                for e in prof.key_averages()}
-        assert "ct2d_sp" in ran, sorted(ran)
+        assert plan.kernel in ran, (plan, sorted(ran))
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
     result = compare(out, truth, torch.float32, tf32)
     assert result.ok, result.message
 
 
-@pytest.mark.parametrize("cls", ["SplitConv", "StridedConv"])
-def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(cls):
+@pytest.mark.parametrize("cls, staging, persistent", [("SplitConv", None, False), ("StridedConv", 4, False),
+                                                     ("StridedConv", 16, False), ("StridedConv", 16, True)])
+def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(cls, staging, persistent):
     import torch
     import torch.nn.functional as F
 
@@ -192,7 +202,9 @@ def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(c
     torch.manual_seed(0)
     conv = torch.nn.ConvTranspose2d(16, 64, 3, stride=2, padding=1, output_padding=1).cuda()
     split = getattr(ct2d_fused, cls)(conv)
-    x = torch.rand(2, 16, 11, 13, device="cuda")
+    if staging:
+        split.staging, split.persistent = staging, persistent
+    x = torch.rand(2, 16, 11, 16, device="cuda")
     with torch.no_grad():
         for change in (lambda: None, lambda: conv.weight.mul_(-2.0),
                        lambda: setattr(conv, "weight", torch.nn.Parameter(torch.randn_like(conv.weight)))):

@@ -6,6 +6,11 @@ alternating rounds), with the differences from the whole kernel. Needs a GPU; ea
 build of its own (about a minute).
 
     PYTHONPATH=. python tools/ablate_sp.py [--problem 2] [--variants 0 1 2 4 8 6 9] [--calls 20] [--rounds 3]
+        [--staging 4 16] [--kernels sp spp]
+
+--staging: x's copies (sp_conv's staging: 4-byte, or 16-byte where x's width allows); --kernels:
+ct2d_sp (a block per item) and/or ct2d_spp (persistent blocks, a two-stage ring); each variant is
+timed with each combination.
 
 The variants are built first, in parallel processes (--build-only V builds one); the fast library
 is not needed (no import of ct2d_fused).
@@ -45,6 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="*", type=int, default=[0, 1, 2, 4, 8, 6, 9])
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--staging", nargs="*", type=int, default=[4], choices=[4, 16])
+    p.add_argument("--kernels", nargs="*", default=["sp"], choices=["sp", "spp"])
     p.add_argument("--build-only", type=int, default=None, metavar="V")
     args = p.parse_args(argv)
     if args.build_only is not None:
@@ -68,16 +75,17 @@ def main(argv=None) -> int:
     table = phase_table(plist, offsets, hout, wout, conv.stride)
     call_args = (x.contiguous(), packed, conv.bias.detach() if conv.bias is not None else None, table,
                  conv.out_channels, hout, wout, sh, sw, 0, 0.0, 0.0)
+    ways = [(v, st, k) for k in args.kernels for st in args.staging for v in args.variants]
     exts = {v: extension(v) for v in args.variants}
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
-    def timed(ext) -> float:
+    def timed(ext, staging, kernel) -> float:
         times = []
         for _ in range(args.calls):
             flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            ext.sp_conv(*call_args)
+            ext.sp_conv(*call_args, staging, kernel == "spp")
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
@@ -86,22 +94,24 @@ def main(argv=None) -> int:
     with torch.no_grad():
         want = torch.nn.functional.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
                                                     conv.output_padding)
-        err = (exts[args.variants[0]].sp_conv(*call_args) - want).abs().max().item() if 0 in exts else float("nan")
-        ms = {v: [] for v in args.variants}
+        errs = {(st, k): (exts[0].sp_conv(*call_args, st, k == "spp") - want).abs().max().item() if 0 in exts
+                else float("nan") for k in args.kernels for st in args.staging}
+        ms = {w: [] for w in ways}
         for _ in range(args.rounds):
-            for v, ext in exts.items():
-                ms[v].append(timed(ext))
+            for v, st, k in ways:
+                ms[(v, st, k)].append(timed(exts[v], st, k))
     n, cin, h, w = x.shape
     gflop = 2 * n * cin * conv.out_channels * h * w * kh * kw / 1e9
     mb = (x.numel() + n * conv.out_channels * hout * wout) * 4 / 1e6
     print(f"{problem.id}: x {tuple(x.shape)}, y {(n, conv.out_channels, hout, wout)}, {gflop:.1f} GFLOP, {mb:.0f} MB "
-          f"(x read once, y written once); the whole kernel's max abs difference from PyTorch {err:.2e}")
-    print("| SP_ABLATE | left out | ms | whole kernel - this |")
-    print("|---|---|---|---|")
-    whole = statistics.median(ms[0]) if 0 in ms else float("nan")
-    for v in args.variants:
-        t = statistics.median(ms[v])
-        print(f"| {v} | {left_out(v)} | {t:.3f} | {whole - t:+.3f} |")
+          f"(x read once, y written once); the whole kernel's max abs difference from PyTorch: "
+          + ", ".join(f"ct2d_{k} {st}-byte staging {e:.2e}" for (st, k), e in errs.items()))
+    print("| kernel | staging | SP_ABLATE | left out | ms | whole kernel - this |")
+    print("|---|---|---|---|---|---|")
+    for v, st, k in ways:
+        whole = statistics.median(ms[(0, st, k)]) if (0, st, k) in ms else float("nan")
+        t = statistics.median(ms[(v, st, k)])
+        print(f"| ct2d_{k} | {st} | {v} | {left_out(v)} | {t:.3f} | {whole - t:+.3f} |")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""A/B/C of the fused family's strided problems: each fast solution's model with its convolution
-run three ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions
-interleaved (SplitConv) and one implicit GEMM per phase (StridedConv, sphase.cu), on the benchmark
+"""The fused family's strided problems, each fast solution's model with its convolution run five
+ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions interleaved
+(SplitConv) and one implicit GEMM per phase (StridedConv, sphase.cu) with x staged by 4-byte and
+by 16-byte copies, and on persistent blocks with a two-stage ring (ct2d_spp), on the benchmark
 input, the outputs compared with FastConv's, each timed by CUDA events (median of --calls calls,
 L2 flushed before each), alternating in rounds. Needs a GPU.
 
@@ -49,7 +50,14 @@ def main(argv=None) -> int:
             times.append(start.elapsed_time(end))
         return statistics.median(times)
 
-    ways = {"phase kernel": FastConv, "split": SplitConv, "strided": StridedConv}
+    class StridedConv16(StridedConv):
+        staging = 16
+
+    class StridedConvPersistent(StridedConv):
+        staging, persistent = 16, True
+
+    ways = {"phase kernel": FastConv, "split": SplitConv, "strided": StridedConv, "strided 16-byte staging": StridedConv16,
+            "strided persistent 16-byte": StridedConvPersistent}
     print("| problem | " + " | ".join(f"{w} ms" for w in ways) + " | max abs difference from the phase kernel | plan |")
     print("|---|" + "---|" * (len(ways) + 2))
     for problem in problems.select("conv_transpose2d_fused"):
@@ -65,7 +73,7 @@ def main(argv=None) -> int:
         convs = {w: cls(f.conv_transpose2d, f.epilogue, f.epilogue_args, f.sign) for w, cls in ways.items()}
         extra = getattr(model, "bias", None) if "extra_bias" in Path(sol.path).read_text() else None
         with torch.no_grad():
-            plan = convs["strided"].plan(x, extra_bias=extra)
+            plan = convs["strided persistent 16-byte"].plan(x, extra_bias=extra)
             outs, times = {}, {w: [] for w in ways}
             for w, conv in convs.items():
                 model.fast = conv

@@ -147,7 +147,16 @@ class StridedConv(FastConv):
     level 2's strided problems (64 input channels, large images), where the library's phase kernel
     computes too slowly (docs/perf-notes.md, "The fused family"). Where it does not apply (stride
     1, groups, dilation, more than 16 phases or 4 taps per phase, not fp32 CUDA) the call is
-    FastConv's. The weights are packed once per weight version (ct2d_sphase.pack_weights)."""
+    FastConv's. The weights are packed once per weight version (ct2d_sphase.pack_weights).
+
+    staging: x's copies into shared memory, 4 bytes per element (measured on the H200) or 16
+    (where x's width is a multiple of 4). persistent: ct2d_spp, persistent blocks whose chunks go
+    through a two-stage ring (staging overlaps the MMAs) instead of ct2d_sp's block per item. Both
+    written after ct2d_sp's measurement and not yet run on a GPU, so off by default
+    (docs/perf-notes.md)."""
+
+    staging = 4
+    persistent = False
 
     def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
         super().__init__(conv, epilogue, epilogue_args, sign)
@@ -190,14 +199,21 @@ class StridedConv(FastConv):
         packed, table, hout, wout = self._table(x)
         a, b = self.epilogue_args
         return extension().sp_conv(x.contiguous(), packed, self._bias(), table, c.out_channels, hout, wout,
-                                   c.stride[0], c.stride[1], EPILOGUES.index(self.epilogue), a, b)
+                                   c.stride[0], c.stride[1], EPILOGUES.index(self.epilogue), a, b, self.staging,
+                                   self.persistent)
 
     def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> Plan:
         if not self.applies(x):
             return super().plan(x, extra_bias)
+        from ct2d_sphase import staging_bytes
         c = self.conv_transpose2d
         plist = phases(c.kernel_size, c.stride, c.padding)
         taps = ", ".join(f"{p.taps_h}x{p.taps_w}" for p in plist)
-        return Plan("ct2d_sp", "../../conv_transpose2d_fused/_shared/sphase.cu",
-                    f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, 64 channels x 4x64 pixels per "
-                    f"block, x rounded to nearest TF32; epilogue {self.epilogue} in the store", "fp32")
+        vec = staging_bytes(x.contiguous(), self.staging)
+        blocks = ("persistent blocks (one per SM), a two-stage ring of 32-channel chunks" if self.persistent
+                  else "a block per item")
+        return Plan(f"{'ct2d_spp' if self.persistent else 'ct2d_sp'}<{vec // 4}>",
+                    "../../conv_transpose2d_fused/_shared/sphase.cu",
+                    f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, items of 64 channels x 4x64 pixels, "
+                    f"{blocks}, x staged by {vec}-byte copies and rounded to nearest TF32; epilogue "
+                    f"{self.epilogue} in the store", "fp32")

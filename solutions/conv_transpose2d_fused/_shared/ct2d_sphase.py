@@ -18,7 +18,8 @@ MAX_TAPS = 4
 
 _DECL = """
 torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Tensor> bias, std::vector<int64_t> phases,
-    int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a, double epi_b);
+    int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a, double epi_b,
+    int64_t staging, bool persistent);
 """
 
 
@@ -60,6 +61,12 @@ def pack_weights(w: torch.Tensor, plist, stride) -> tuple[torch.Tensor, list[int
         off += taps * cop * cin8
     packed = torch.cat(parts) if parts else w.new_zeros(1)
     return round_tf32(packed), offsets
+
+
+def staging_bytes(x: torch.Tensor, staging: int) -> int:
+    """The x staging that sp_conv runs for a requested one: 16-byte copies need Win % 4 == 0 and
+    x 16-byte aligned, else 4."""
+    return 16 if staging == 16 and x.shape[3] % 4 == 0 and x.data_ptr() % 16 == 0 else 4
 
 
 def phase_table(plist, offsets, hout: int, wout: int, stride) -> list[int]:

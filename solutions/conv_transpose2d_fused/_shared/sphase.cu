@@ -56,104 +56,129 @@ struct SpPhase {
 struct SpArgs {
   int N, Cin, Cin8, Hin, Win, Cout, Hout, Wout, sh, sw;
   int P, tiles_i, tiles_j, nkc, RW, CS, wfloats;
+  int co_blocks, stage_floats;  // ct2d_spp: output-channel blocks; floats per stage of its ring
   SpPhase ph[kSpMaxPhases];
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-__global__ void __launch_bounds__(kSpThreads, 2)
-    ct2d_sp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
-            float* __restrict__ y, const SpArgs s, const Epilogue epi) {
-  extern __shared__ __align__(16) float smem[];
-  const int p = blockIdx.x % s.P, tile = blockIdx.x / s.P;
-  const int i0 = (tile / s.tiles_j) * kBI, j0 = (tile % s.tiles_j) * kBJ;
-  const int cb = blockIdx.y, n = blockIdx.z;
-  const SpPhase ph = s.ph[p];
-  if (i0 >= ph.rows || j0 >= ph.cols) return;  // this phase has fewer rows or columns than the largest
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wr = warp >> 1, wc = (warp & 1) * 32;  // the warp's row of the tile and first column
-  const int th = ph.th, tw = ph.tw, T = th * tw;
+// The three stages of a block's work on one item (a phase, 4 x 64 of its pixels, 64 output
+// channels, an image), shared by ct2d_sp (one item per block) and ct2d_spp (persistent blocks).
+struct SpTile {
+  SpPhase ph;
+  int i0, j0, cb, n;
+  int xr0, xc0, xs0;  // x's row and column at staged (0, 0); XV 4: column xc0 sits xs0 floats into a staged row
+};
+
+template <int XV>
+__device__ __forceinline__ SpTile sp_tile(const SpArgs& s, int p, int tile, int cb, int n) {
+  SpTile u;
+  u.ph = s.ph[p];
+  u.i0 = (tile / s.tiles_j) * kBI;
+  u.j0 = (tile % s.tiles_j) * kBJ;
+  u.cb = cb;
+  u.n = n;
+  u.xr0 = u.i0 + u.ph.ch - (u.ph.th - 1);
+  u.xc0 = u.j0 + u.ph.cw - (u.ph.tw - 1);
+  u.xs0 = XV == 4 ? u.xc0 - (u.xc0 & ~3) : 0;
+  return u;
+}
+
+// Stage chunk kc (32 input channels) of tile u into ws (its weights) and xs (x's tile), with
+// cp.async; the caller commits and waits.
+// XV: x's staging, 1: 4-byte cp.async per element (any width; measured on the H200), 4: 16-byte
+// cp.async from the multiple of 4 at or before the tile's first column (needs Win % 4 == 0 and x
+// 16-byte aligned, so each group of four is all inside x's row or all outside; not yet measured).
+template <int XV>
+__device__ __forceinline__ void sp_stage(float* ws, float* xs, const float* __restrict__ x, const float* __restrict__ wp,
+                                         const SpArgs& s, const SpTile& u, int kc, int tid) {
+  const int warp = tid >> 5, lane = tid & 31;
+  const int th = u.ph.th, tw = u.ph.tw, T = th * tw;
   const int R = kBI + th - 1, RWc = kBJ + tw - 1;  // staged rows and columns
-  const int xr0 = i0 + ph.ch - (th - 1), xc0 = j0 + ph.cw - (tw - 1);  // x's row and column at staged (0, 0)
-  float* ws = smem;
-  float* xs = smem + s.wfloats;
-
-  float acc[4][4][4];
-#pragma unroll
-  for (int m = 0; m < 4; ++m)
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][q][e] = 0.f;
-
-  for (int kc = 0; kc < s.nkc; ++kc) {
-    const int kcs = min(kKC, s.Cin8 - kc * kKC);
-    if (kc > 0) __syncthreads();  // every warp is done with the previous chunk
-    // the chunk's weights (contiguous: T taps x kcs channels x 64 output channels)
-    const float* wsrc = wp + ph.woff + (long long)T * kCoB * ((long long)cb * s.Cin8 + kc * kKC);
-    const int nf4 = T * kcs * (kCoB / 4);
+  const int kcs = min(kKC, s.Cin8 - kc * kKC);
+  // the chunk's weights (contiguous: T taps x kcs channels x 64 output channels)
+  const float* wsrc = wp + u.ph.woff + (long long)T * kCoB * ((long long)u.cb * s.Cin8 + kc * kKC);
+  const int nf4 = T * kcs * (kCoB / 4);
 #if !(SP_ABLATE & 8)
-    for (int e = tid; e < nf4; e += kSpThreads) cp_async16(smem_addr(ws + 4 * e), wsrc + 4 * e);
+  for (int e = tid; e < nf4; e += kSpThreads) cp_async16(smem_addr(ws + 4 * e), wsrc + 4 * e);
 #endif
-    // x's tile: one (channel, row) per warp at a time, lanes along the columns
+  // x's tile: one (channel, row) per warp at a time, lanes along the columns
 #if SP_ABLATE & 1
-    for (int row = warp; row < 0; row += kSpThreads / 32) {
+  for (int row = warp; row < 0; row += kSpThreads / 32) {
 #else
-    for (int row = warp; row < kcs * R; row += kSpThreads / 32) {
+  for (int row = warp; row < kcs * R; row += kSpThreads / 32) {
 #endif
-      const int cl = row / R, r = row - cl * R;
-      const int ci = kc * kKC + cl, ih = xr0 + r;
-      const bool rowok = ci < s.Cin && ih >= 0 && ih < s.Hin;
-      const float* src = rowok ? x + (((long long)n * s.Cin + ci) * s.Hin + ih) * s.Win : x;
-      float* dst = xs + cl * s.CS + r * s.RW;
+    const int cl = row / R, r = row - cl * R;
+    const int ci = kc * kKC + cl, ih = u.xr0 + r;
+    const bool rowok = ci < s.Cin && ih >= 0 && ih < s.Hin;
+    const float* src = rowok ? x + (((long long)u.n * s.Cin + ci) * s.Hin + ih) * s.Win : x;
+    float* dst = xs + cl * s.CS + r * s.RW;
+    if (XV == 4) {
+      for (int v = lane; 4 * v < u.xs0 + RWc; v += 32) {
+        const int iw = u.xc0 - u.xs0 + 4 * v;
+        const bool ok = rowok && iw >= 0 && iw < s.Win;
+        cp_async16z(smem_addr(dst + 4 * v), ok ? src + iw : x, ok ? 16u : 0u);
+      }
+    } else {
       for (int c = lane; c < RWc; c += 32) {
-        const int iw = xc0 + c;
+        const int iw = u.xc0 + c;
         const bool ok = rowok && iw >= 0 && iw < s.Win;
         cp_async4(smem_addr(dst + c), ok ? src + iw : x, ok ? 4u : 0u);
       }
     }
-    cp_async_commit();
-    cp_async_wait_0();
-    __syncthreads();
+  }
+}
 
-    const int nks = kcs / 8;
-    for (int a = 0; a < th; ++a) {
-      for (int b = 0; b < tw; ++b) {
-        const float* xb = xs + t * s.CS + (wr + th - 1 - a) * s.RW + wc + (tw - 1 - b) + g;
-        const float4* wa = reinterpret_cast<const float4*>(ws) + (a * tw + b) * nks * 4 * 32 + lane;
+// The MMAs of one staged chunk: the warp's 64 channels x 32 pixels (row wr of the tile, columns
+// wc..wc+31) accumulate every tap's products over the chunk's channels.
+__device__ __forceinline__ void sp_mma(float (&acc)[4][4][4], const float* ws, const float* xs, const SpArgs& s,
+                                       const SpTile& u, int kc, int tid) {
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wr = warp >> 1, wc = (warp & 1) * 32;
+  const int th = u.ph.th, tw = u.ph.tw;
+  const int nks = min(kKC, s.Cin8 - kc * kKC) / 8;
+  for (int a = 0; a < th; ++a) {
+    for (int b = 0; b < tw; ++b) {
+      const float* xb = xs + t * s.CS + (wr + th - 1 - a) * s.RW + wc + (tw - 1 - b) + g + u.xs0;
+      const float4* wa = reinterpret_cast<const float4*>(ws) + (a * tw + b) * nks * 4 * 32 + lane;
 #pragma unroll 2
-        for (int ks = 0; ks < nks; ++ks) {
-          uint32_t A[4][4], B[4][2];
+      for (int ks = 0; ks < nks; ++ks) {
+        uint32_t A[4][4], B[4][2];
 #pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const float4 v = wa[(ks * 4 + m) * 32];
-            A[m][0] = __float_as_uint(v.x);
-            A[m][1] = __float_as_uint(v.y);
-            A[m][2] = __float_as_uint(v.z);
-            A[m][3] = __float_as_uint(v.w);
-          }
-          const float* xk = xb + ks * 8 * s.CS;
+        for (int m = 0; m < 4; ++m) {
+          const float4 v = wa[(ks * 4 + m) * 32];
+          A[m][0] = __float_as_uint(v.x);
+          A[m][1] = __float_as_uint(v.y);
+          A[m][2] = __float_as_uint(v.z);
+          A[m][3] = __float_as_uint(v.w);
+        }
+        const float* xk = xb + ks * 8 * s.CS;
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            B[q][0] = to_tf32(xk[q * 8]);
-            B[q][1] = to_tf32(xk[4 * s.CS + q * 8]);
-          }
+        for (int q = 0; q < 4; ++q) {
+          B[q][0] = to_tf32(xk[q * 8]);
+          B[q][1] = to_tf32(xk[4 * s.CS + q * 8]);
+        }
 #if SP_ABLATE & 2  // the operands' loads kept, the products left out
-          acc[ks & 3][0][0] += __uint_as_float(A[0][0] ^ A[1][1] ^ A[2][2] ^ A[3][3] ^ B[0][0] ^ B[1][1] ^ B[2][0] ^ B[3][1]);
+        acc[ks & 3][0][0] += __uint_as_float(A[0][0] ^ A[1][1] ^ A[2][2] ^ A[3][3] ^ B[0][0] ^ B[1][1] ^ B[2][0] ^ B[3][1]);
 #else
 #pragma unroll
-          for (int m = 0; m < 4; ++m)
+        for (int m = 0; m < 4; ++m)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) mma_tf32(acc[m][q], A[m], B[q]);
+          for (int q = 0; q < 4; ++q) mma_tf32(acc[m][q], A[m], B[q]);
 #endif
-        }
       }
     }
   }
+}
 
-  // the tile through shared memory: ys[co][il * kBJ + jl]
-  __syncthreads();
-  float* ys = smem;
+// The tile through shared memory (ys[co][il * kBJ + jl], which the caller has made free) and out,
+// row by row of the phase, with the bias and the epilogue. Ends with ys still being read by other
+// warps: the caller syncs before reusing it.
+__device__ __forceinline__ void sp_store(const float (&acc)[4][4][4], float* ys, const float* __restrict__ bias,
+                                         float* __restrict__ y, const SpArgs& s, const SpTile& u, const Epilogue& epi,
+                                         int tid) {
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wr = warp >> 1, wc = (warp & 1) * 32;
 #pragma unroll
   for (int m = 0; m < 4; ++m)
 #pragma unroll
@@ -165,29 +190,139 @@ __global__ void __launch_bounds__(kSpThreads, 2)
   __syncthreads();
   for (int row = warp; row < kCoB * kBI; row += kSpThreads / 32) {
     const int cl = row / kBI, il = row - cl * kBI;
-    const int co = cb * kCoB + cl, i = i0 + il;
-    if (co >= s.Cout || i >= ph.rows) continue;
+    const int co = u.cb * kCoB + cl, i = u.i0 + il;
+    if (co >= s.Cout || i >= u.ph.rows) continue;
     const float bv = bias ? __ldg(bias + co) : 0.f;
-    float* yrow = y + (((long long)n * s.Cout + co) * s.Hout + ph.rh + (long long)s.sh * i) * s.Wout + ph.rw;
+    float* yrow = y + (((long long)u.n * s.Cout + co) * s.Hout + u.ph.rh + (long long)s.sh * i) * s.Wout + u.ph.rw;
     for (int jl = lane; jl < kBJ; jl += 32) {
-      const int j = j0 + jl;
+      const int j = u.j0 + jl;
 #if SP_ABLATE & 4  // one impossible value stored, so the products stay live
-      if (j < ph.cols && epi(ys[cl * kYS + il * kBJ + jl] + bv) == 1234.5f) __stcs(yrow + (long long)s.sw * j, 0.f);
+      if (j < u.ph.cols && epi(ys[cl * kYS + il * kBJ + jl] + bv) == 1234.5f) __stcs(yrow + (long long)s.sw * j, 0.f);
 #else
-      if (j < ph.cols) __stcs(yrow + (long long)s.sw * j, epi(ys[cl * kYS + il * kBJ + jl] + bv));
+      if (j < u.ph.cols) __stcs(yrow + (long long)s.sw * j, epi(ys[cl * kYS + il * kBJ + jl] + bv));
 #endif
     }
   }
+}
+
+__device__ __forceinline__ void sp_zero(float (&acc)[4][4][4]) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][q][e] = 0.f;
+}
+
+// ct2d_sp: one item per block (grid: phase fastest, then tile; co block; image), two blocks per
+// SM; each chunk staged, waited for, then computed. Measured on the H200 (XV 1).
+template <int XV>
+__global__ void __launch_bounds__(kSpThreads, 2)
+    ct2d_sp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+            float* __restrict__ y, const SpArgs s, const Epilogue epi) {
+  extern __shared__ __align__(16) float smem[];
+  const SpTile u = sp_tile<XV>(s, blockIdx.x % s.P, blockIdx.x / s.P, blockIdx.y, blockIdx.z);
+  if (u.i0 >= u.ph.rows || u.j0 >= u.ph.cols) return;  // this phase has fewer rows or columns than the largest
+  const int tid = threadIdx.x;
+  float* ws = smem;
+  float* xs = smem + s.wfloats;
+  float acc[4][4][4];
+  sp_zero(acc);
+  for (int kc = 0; kc < s.nkc; ++kc) {
+    if (kc > 0) __syncthreads();  // every warp is done with the previous chunk
+    sp_stage<XV>(ws, xs, x, wp, s, u, kc, tid);
+    cp_async_commit();
+    cp_async_wait_0();
+    __syncthreads();
+    sp_mma(acc, ws, xs, s, u, kc, tid);
+  }
+  __syncthreads();
+  sp_store(acc, smem, bias, y, s, u, epi, tid);
+}
+
+// ct2d_spp: the same items on persistent blocks, one per SM, each taking items blockIdx.x,
+// blockIdx.x + gridDim.x, ... (consecutive blocks: a tile's phases at the same time, as above),
+// its chunks through a ring of two stages (each the weights and x's tile of a chunk, or the
+// tile's trip out through ys): chunk L + 2 is staged while chunks L + 1 and L are computed and
+// stored, so staging overlaps the MMAs. Written after ct2d_sp's ablation (docs/perf-notes.md),
+// not yet run on a GPU: StridedConv takes it only when asked (persistent = True).
+template <int XV>
+__global__ void __launch_bounds__(kSpThreads, 1)
+    ct2d_spp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
+             float* __restrict__ y, const SpArgs s, const Epilogue epi) {
+  extern __shared__ __align__(16) float smem[];
+  const int tid = threadIdx.x;
+  const long long tiles = (long long)s.tiles_i * s.tiles_j;
+  const long long items = (long long)s.N * s.co_blocks * tiles * s.P;
+  const long long mine = items > blockIdx.x ? (items - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const long long chunks = mine * s.nkc;
+  auto tile_of = [&](long long k) {  // this block's k-th item
+    long long it = blockIdx.x + k * gridDim.x;
+    const int p = (int)(it % s.P);
+    it /= s.P;
+    const int tile = (int)(it % tiles);
+    it /= tiles;
+    return sp_tile<XV>(s, p, tile, (int)(it % s.co_blocks), (int)(it / s.co_blocks));
+  };
+  auto valid = [](const SpTile& u) { return u.i0 < u.ph.rows && u.j0 < u.ph.cols; };
+  auto stage_base = [&](long long L) { return smem + (L & 1) * s.stage_floats; };
+  auto issue = [&](long long L) {  // stage chunk L into its slot of the ring; one commit group either way
+    if (L < chunks) {
+      const SpTile u = tile_of(L / s.nkc);
+      if (valid(u)) sp_stage<XV>(stage_base(L), stage_base(L) + s.wfloats, x, wp, s, u, (int)(L % s.nkc), tid);
+    }
+    cp_async_commit();
+  };
+  float acc[4][4][4];
+  sp_zero(acc);
+  issue(0);
+  issue(1);
+  for (long long L = 0; L < chunks; ++L) {
+    const int kc = (int)(L % s.nkc);
+    const SpTile u = tile_of(L / s.nkc);
+    float* st = stage_base(L);
+    cp_async_wait_1();  // chunk L's group is complete (L + 1's may not be)
+    __syncthreads();
+    if (valid(u)) {
+      sp_mma(acc, st, st + s.wfloats, s, u, kc, tid);
+      if (kc == s.nkc - 1) {
+        __syncthreads();  // every warp is done reading the stage: ys takes its place
+        sp_store(acc, st, bias, y, s, u, epi, tid);
+        sp_zero(acc);
+      }
+    }
+    __syncthreads();  // the stage is free
+    issue(L + 2);
+  }
+  cp_async_wait_0();
+}
+
+// A kernel's dynamic shared-memory opt-in, per device, raised when a call needs more.
+template <auto K>
+void sp_allow_smem(int dev, int bytes) {
+  static int allowed[64] = {0};
+  if (dev >= 64 || bytes > allowed[dev]) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (dev < 64) allowed[dev] = bytes;
+  }
+}
+
+template <auto K>
+void sp_launch(dim3 grid, int smem, const float* x, const float* wp, const float* bias, float* y, const SpArgs& s,
+               const Epilogue& e, int dev) {
+  sp_allow_smem<K>(dev, smem);
+  K<<<grid, kSpThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(x, wp, bias, y, s, e);
 }
 
 }  // namespace
 
 // x: [N, Cin, Hin, Win] fp32 contiguous; wp: the packed weights (ct2d_fused.StridedConv); bias: per
 // output channel or undefined; phases: per phase rh, rw, th, tw, ch, cw, rows, cols, woff; the
-// epilogue as the library's (kind, a, b).
+// epilogue as the library's (kind, a, b); staging: x's copies, 4 or 16 bytes (16 where x allows);
+// persistent: ct2d_spp (persistent blocks, a two-stage ring) rather than ct2d_sp.
 torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Tensor> bias, std::vector<int64_t> phases,
                       int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a,
-                      double epi_b) {
+                      double epi_b, int64_t staging, bool persistent) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous(),
               "sp_conv: x must be a contiguous 4-D fp32 CUDA tensor");
   TORCH_CHECK(wp.is_cuda() && wp.scalar_type() == at::kFloat && wp.is_contiguous(), "sp_conv: packed weights");
@@ -225,20 +360,19 @@ torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Te
   s.tiles_i = (rows_max + kBI - 1) / kBI;
   s.tiles_j = (cols_max + kBJ - 1) / kBJ;
   s.nkc = (s.Cin8 + kKC - 1) / kKC;
-  s.RW = kBJ + tw_max - 1;
+  // staging 16 (ct2d_sp<4>) where x allows it, else 4 (ct2d_sp<1>)
+  TORCH_CHECK(staging == 4 || staging == 16, "sp_conv: staging is 4 or 16 bytes, not ", staging);
+  const bool vec = staging == 16 && s.Win % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+  s.RW = vec ? (kBJ + tw_max - 1 + 3 + 3) / 4 * 4 : kBJ + tw_max - 1;  // XV 4: up to 3 columns before the tile
   s.CS = (kBI + th_max - 1) * s.RW;
   s.CS += ((8 - s.CS) % 32 + 32) % 32;  // 8 mod 32
   s.wfloats = t_max * kKC * kCoB;
   const int co_blocks = (int)((Cout + kCoB - 1) / kCoB);
+  s.co_blocks = co_blocks;
+  s.stage_floats = std::max(s.wfloats + kKC * s.CS, kCoB * kYS);  // a multiple of 4: stages stay 16-byte aligned
   TORCH_CHECK(wp.numel() >= s.ph[P - 1].woff + (int64_t)s.ph[P - 1].th * s.ph[P - 1].tw * kCoB * s.Cin8 * co_blocks,
               "sp_conv: the packed weights are too short");
-  const int smem = (int)sizeof(float) * std::max(s.wfloats + kKC * s.CS, kCoB * kYS);
-  static int allowed[64] = {0};  // per device: the shared-memory opt-in is a device's attribute
-  const int dev = x.get_device();
-  if (dev >= 64 || smem > allowed[dev]) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(ct2d_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (dev < 64) allowed[dev] = smem;
-  }
+  const int smem = (int)sizeof(float) * s.stage_floats * (persistent ? 2 : 1);
   const int64_t gx = (int64_t)P * s.tiles_i * s.tiles_j;
   TORCH_CHECK(gx < (1ll << 31) && s.N <= 65535 && co_blocks <= 65535, "sp_conv: the grid is too large");
   const float* bp = nullptr;
@@ -248,8 +382,24 @@ torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Te
     bp = bias->data_ptr<float>();
   }
   const Epilogue e{(int)epilogue, (float)epi_a, (float)epi_b};
-  ct2d_sp<<<dim3((unsigned)gx, co_blocks, s.N), kSpThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
-      x.data_ptr<float>(), wp.data_ptr<float>(), bp, y.data_ptr<float>(), s, e);
+  const float* xp = x.data_ptr<float>();
+  const float* wpp = wp.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int dev = x.get_device();
+  if (persistent) {
+    const int64_t items = gx * co_blocks * s.N;
+    const dim3 grid((unsigned)std::min<int64_t>(items, sm_count()));
+    if (vec)
+      sp_launch<ct2d_spp<4>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+    else
+      sp_launch<ct2d_spp<1>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+  } else {
+    const dim3 grid((unsigned)gx, co_blocks, s.N);
+    if (vec)
+      sp_launch<ct2d_sp<4>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+    else
+      sp_launch<ct2d_sp<1>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
