@@ -25,26 +25,33 @@ def load(path, name):
     return module
 
 
-def test_the_mean_of_a_transposed_convolution_is_exact_algebra_on_any_geometry():
-    rng = random.Random(0)
-    torch.manual_seed(0)
-    checked = 0
-    while checked < 150:
+def random_geometries(seed: int, count: int, bias=None):
+    """count random ConvTranspose2d geometries (float64) with an input and the convolution's mean
+    over all positions: (conv, x, reference); bias None: with or without, at random."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    made = 0
+    while made < count:
         kernel = (rng.randint(1, 5), rng.randint(1, 5))
         stride, dilation = (rng.randint(1, 3), rng.randint(1, 3)), (rng.randint(1, 3), rng.randint(1, 2))
         padding = (rng.randint(0, 3), rng.randint(0, 3))
         output_padding = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation))
         h, w = rng.randint(1, 12), rng.randint(1, 12)
         conv = torch.nn.ConvTranspose2d(3, 4, kernel, stride=stride, padding=padding, output_padding=output_padding,
-                                        dilation=dilation, bias=rng.random() < 0.5).double()
+                                        dilation=dilation, bias=rng.random() < 0.5 if bias is None else bias).double()
         x = torch.randn(2, 3, h, w, dtype=torch.float64)
         try:
             reference = conv(x).mean(dim=(2, 3))
         except RuntimeError:   # a geometry PyTorch refuses (an output size below 1, an output padding too large)
             continue
+        yield conv, x, reference
+        made += 1
+
+
+def test_the_mean_of_a_transposed_convolution_is_exact_algebra_on_any_geometry():
+    for conv, x, reference in random_geometries(0, 150):
         got = channel_means(x, conv)
-        assert (got - reference).abs().max().item() < 1e-12, (kernel, stride, padding, output_padding, dilation, h, w)
-        checked += 1
+        assert (got - reference).abs().max().item() < 1e-12, conv
 
 
 @pytest.mark.parametrize("problem", ["42_ConvTranspose2d_GlobalAvgPool_BiasAdd_LogSumExp_Sum_Multiply",
@@ -66,3 +73,40 @@ def test_the_solutions_are_the_float64_reference_to_fp32_rounding_on_the_extra_s
             reference, got = model(x.double()), new(x.float()).double()
         assert got.shape == reference.shape
         assert ((got - reference).norm() / reference.norm()).item() < 1e-6, shape
+
+
+def test_tap_windows_are_the_complements_of_the_excluded_sets():
+    """means.cu's per-tap intervals (ct2d_means.tap_windows) hold exactly the input indices that
+    _excluded (what the torch version subtracts) leaves in, on many geometries."""
+    from ct2d_means import _excluded, tap_windows
+
+    for size in (1, 2, 5, 16, 17):
+        for k in (1, 2, 3, 4, 5):
+            for s in (1, 2, 3):
+                for p in range(0, k):
+                    for d in (1, 2):
+                        for op in range(0, max(s, d)):
+                            if op >= max(s, d):
+                                continue
+                            ex = _excluded(size, k, s, p, op, d)
+                            for t, (lo, hi) in enumerate(tap_windows(size, k, s, p, op, d)):
+                                assert set(range(lo, hi)) == set(range(size)) - ex[t], (size, k, s, p, op, d, t)
+
+
+def test_the_two_kernels_algebra_emulated_is_the_convolutions_mean():
+    """What means.cu computes, in float64 on the CPU: window sums over tap_windows' intervals
+    (window_sums) and the contraction with the weight laid out as channel_means_fused lays it out
+    ([ci * kh * kw, co]), divided by the output's area, plus the bias (contract_means), on random
+    geometries against the convolution's mean."""
+    from ct2d_means import output_size, tap_windows
+
+    for conv, x, reference in random_geometries(1, 100, bias=True):
+        (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
+        (oph, opw), (dh, dw), (h, w) = conv.output_padding, conv.dilation, x.shape[2:]
+        wh, ww = tap_windows(h, kh, sh, ph, oph, dh), tap_windows(w, kw, sw, pw, opw, dw)
+        s = torch.stack([torch.stack([x[:, :, a0:a1, b0:b1].sum(dim=(2, 3)) for b0, b1 in ww], dim=-1)
+                         for a0, a1 in wh], dim=-2)                           # [n, ci, kh, kw]
+        wt = conv.weight.detach().permute(0, 2, 3, 1).reshape(-1, 4)        # [ci * kh * kw, co]
+        area = output_size(h, kh, sh, ph, oph, dh) * output_size(w, kw, sw, pw, opw, dw)
+        got = s.reshape(2, -1) @ wt / area + conv.bias.detach()
+        assert (got - reference).abs().max().item() < 1e-12, conv

@@ -211,3 +211,37 @@ def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(c
             change()
             want = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double(), 2, 1, 1)
             torch.testing.assert_close(split(x).double(), want, rtol=5e-3, atol=5e-3)
+
+
+# channel_means_fused (ct2d_means.py, means.cu): 42's and 44's algebra in two kernels, against the
+# convolution's mean in float64; geometries with 1 to 5 taps, strides, padding, output padding,
+# dilation, no bias, planes narrower than a block.
+MEANS_CASES = [
+    (64, 128, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, (33, 40)),
+    (64, 128, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True, (32, 32)),
+    (8, 12, (5, 2), (3, 2), (2, 0), (1, 1), (1, 2), False, (9, 7)),
+    (5, 3, (1, 4), (1, 3), (0, 1), (0, 2), (1, 1), True, (3, 300)),
+    (4, 6, (7, 8), (2, 1), (3, 2), (1, 0), (1, 1), True, (6, 5)),
+]
+
+
+@pytest.mark.parametrize("case", MEANS_CASES, ids=lambda c: f"k{c[2][0]}x{c[2][1]}_s{c[3][0]}x{c[3][1]}_{c[8][0]}x{c[8][1]}")
+def test_channel_means_fused_matches_the_convolutions_mean(case):
+    import torch
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_means import channel_means_fused
+
+    cin, cout, k, s, p, op, d, bias, (h, w) = case
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op, dilation=d, bias=bias).cuda()
+    x = torch.rand(3, cin, h, w, device="cuda")
+    with torch.no_grad():
+        got = channel_means_fused(x, conv, alpha=0.5)
+        want = 0.5 * torch.nn.functional.conv_transpose2d(
+            x.double(), conv.weight.double(), conv.bias.double() if bias else None, s, p, op, 1, d).mean(dim=(2, 3))
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+        conv.weight.mul_(-2.0)   # a new weight version: the cached layout follows
+        want = 0.5 * torch.nn.functional.conv_transpose2d(
+            x.double(), conv.weight.double(), conv.bias.double() if bias else None, s, p, op, 1, d).mean(dim=(2, 3))
+        torch.testing.assert_close(channel_means_fused(x, conv, alpha=0.5).double(), want, rtol=1e-4, atol=1e-5)

@@ -37,6 +37,9 @@ def left_out(bits: int) -> str:
     return ", ".join(name for bit, name in STAGES.items() if bits & bit) or "nothing (the kernel)"
 
 
+from flushed_timing import FlushedTimer  # noqa: E402
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -77,19 +80,7 @@ def main(argv=None) -> int:
                  conv.out_channels, hout, wout, sh, sw, 0, 0.0, 0.0)
     ways = [(v, st, k) for k in args.kernels for st in args.staging for v in args.variants]
     exts = {v: extension(v) for v in args.variants}
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-
-    def timed(ext, staging, kernel) -> float:
-        times = []
-        for _ in range(args.calls):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            ext.sp_conv(*call_args, staging, kernel == "spp")
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+    timed = FlushedTimer(args.calls)
 
     with torch.no_grad():
         want = torch.nn.functional.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
@@ -99,7 +90,7 @@ def main(argv=None) -> int:
         ms = {w: [] for w in ways}
         for _ in range(args.rounds):
             for v, st, k in ways:
-                ms[(v, st, k)].append(timed(exts[v], st, k))
+                ms[(v, st, k)].append(timed(exts[v].sp_conv, *call_args, st, k == "spp"))
     n, cin, h, w = x.shape
     gflop = 2 * n * cin * conv.out_channels * h * w * kh * kw / 1e9
     mb = (x.numel() + n * conv.out_channels * hout * wout) * 4 / 1e6

@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+from flushed_timing import FlushedTimer  # noqa: E402
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -36,19 +39,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
     from ct2d_fused import FastConv, SplitConv, StridedConv
 
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-
-    def timed(model, x) -> float:
-        times = []
-        for _ in range(args.calls):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            model(x)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+    timed = FlushedTimer(args.calls)
 
     class StridedConv16(StridedConv):
         staging = 16

@@ -15,6 +15,9 @@ columns' sums plus their corners (inclusion-exclusion), from at most two reducti
 and its column sums) and a gather of the few corner elements. groups = 1."""
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 
 
@@ -84,3 +87,51 @@ def channel_means(x: torch.Tensor, conv: torch.nn.ConvTranspose2d) -> torch.Tens
     sums = (s.reshape(s.shape[0], -1, 1) * weight.permute(0, 2, 3, 1).reshape(1, -1, weight.shape[1])).sum(dim=1)
     means = sums / (ho * wo)
     return means + conv.bias if conv.bias is not None else means
+
+
+# ---- The same algebra in two kernels (means.cu): one pass over x, then the contraction. Written
+# without a GPU (not yet any solution's path; tests/test_gpu_fused.py holds it to float64): 44's
+# torch version is bound by launching its dozen operators (0.64-0.74 ms for 67 MB of x).
+
+def tap_windows(size: int, k: int, s: int, p: int, op: int, d: int) -> list[tuple[int, int]]:
+    """Per tap t: the input indices i whose output position i*s - p + t*d lies inside the output,
+    as one interval [lo, hi) (possibly empty): the complement of _excluded's set for t."""
+    out = output_size(size, k, s, p, op, d)
+    windows = []
+    for t in range(k):
+        lo = max(0, -((t * d - p) // s))                 # ceil((p - t*d) / s)
+        hi = min(size, (out - 1 + p - t * d) // s + 1)   # floor((out - 1 + p - t*d) / s) + 1
+        windows.append((lo, max(lo, hi)))
+    return windows
+
+
+@functools.lru_cache(maxsize=None)
+def extension():
+    """means.cu, built on first use."""
+    from torch.utils.cpp_extension import load_inline
+    return load_inline(
+        name="ct2d_fused_means",
+        cpp_sources="""torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<torch::Tensor> bias,
+            std::vector<int64_t> windows, int64_t kh, int64_t kw, int64_t area, double alpha);""",
+        cuda_sources=(Path(__file__).resolve().parent / "means.cu").read_text(),
+        functions=["channel_means_k"],
+        extra_cuda_cflags=["-O3", "-std=c++17"],
+    )
+
+
+def channel_means_fused(x: torch.Tensor, conv: torch.nn.ConvTranspose2d, alpha: float = 1.0) -> torch.Tensor:
+    """alpha * channel_means(x, conv) in two kernels (means.cu): [n, co], fp32 CUDA."""
+    assert conv.groups == 1 and conv.padding_mode == "zeros"
+    (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
+    (oph, opw), (dh, dw) = conv.output_padding, conv.dilation
+    h, w = x.shape[2], x.shape[3]
+    windows = [v for lo_hi in tap_windows(h, kh, sh, ph, oph, dh) + tap_windows(w, kw, sw, pw, opw, dw) for v in lo_hi]
+    area = output_size(h, kh, sh, ph, oph, dh) * output_size(w, kw, sw, pw, opw, dw)
+    weight = conv.weight.detach()
+    key = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.device)
+    cached = getattr(conv, "_kb_means_wt", None)   # the weight as [ci * kh * kw, co], per weight version
+    if cached is None or cached[0] != key:
+        cached = (key, weight.permute(0, 2, 3, 1).reshape(-1, weight.shape[1]).float().contiguous())
+        conv._kb_means_wt = cached
+    bias = conv.bias.detach() if conv.bias is not None else None
+    return extension().channel_means_k(x.contiguous(), cached[1], bias, windows, kh, kw, area, float(alpha))

@@ -1,0 +1,145 @@
+// The exact algebra of ct2d_means.py in two kernels, for problems whose convolution is only ever
+// averaged over all positions (42, 44): window_sums reads x once and writes, per image, input
+// channel and tap pair, the sum of x over the rows and columns whose tap lands inside the output
+// (an interval per tap: ct2d_means.tap_windows); contract_means multiplies those by the weight
+// and adds the bias, per image and output channel. Built by ct2d_means.py (extension()).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/extension.h>
+
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+constexpr int kMaxTaps = 8;  // per dimension
+constexpr int kThreads = 256;
+
+struct Windows {
+  int h_lo[kMaxTaps], h_hi[kMaxTaps], w_lo[kMaxTaps], w_hi[kMaxTaps];
+};
+
+// One block per (image, channel) plane of x; S[plane][kh][kw] = sum of the plane over rows
+// [h_lo[kh], h_hi[kh]) and columns [w_lo[kw], w_hi[kw]). Each thread keeps the K x K sums of the
+// elements it reads (K: the larger tap count, 8 for 5 to 8; taps past kh, kw never match), then
+// the block adds them up.
+template <int K>
+__global__ void window_sums_kernel(const float* __restrict__ x, float* __restrict__ S, int H, int W, int kh, int kw,
+                                   const Windows win) {
+  const float* plane = x + (int64_t)blockIdx.x * H * W;
+  float acc[K][K];
+#pragma unroll
+  for (int a = 0; a < K; ++a)
+#pragma unroll
+    for (int b = 0; b < K; ++b) acc[a][b] = 0.f;
+  const int HW = H * W;
+  int ih = threadIdx.x / W, iw = threadIdx.x - ih * W;
+  for (int e = threadIdx.x; e < HW; e += kThreads) {
+    const float v = __ldcs(plane + e);
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+      const bool row = a < kh && ih >= win.h_lo[a] && ih < win.h_hi[a];
+#pragma unroll
+      for (int b = 0; b < K; ++b)
+        if (row && b < kw && iw >= win.w_lo[b] && iw < win.w_hi[b]) acc[a][b] += v;
+    }
+    iw += kThreads;
+    while (iw >= W) {
+      iw -= W;
+      ++ih;
+    }
+  }
+  __shared__ float part[kThreads / 32][K * K];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int a = 0; a < K; ++a)
+#pragma unroll
+    for (int b = 0; b < K; ++b) {
+      float v = acc[a][b];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) part[warp][a * K + b] = v;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kh * kw; i += kThreads) {
+    const int a = i / kw, b = i - a * kw;
+    float v = 0.f;
+    for (int w8 = 0; w8 < kThreads / 32; ++w8) v += part[w8][a * K + b];
+    S[(int64_t)blockIdx.x * kh * kw + i] = v;
+  }
+}
+
+// out[n, co] = alpha * (sum_r S[n, r] wt[r, co] * inv_area + bias[co]), r = (ci, kh, kw): one block
+// per image, S[n] in shared memory, threads along the output channels (wt's rows are read
+// coalesced).
+__global__ void contract_means_kernel(const float* __restrict__ S, const float* __restrict__ wt,
+                                      const float* __restrict__ bias, float* __restrict__ out, int R, int Cout,
+                                      float inv_area, float alpha) {
+  extern __shared__ float s[];
+  const float* Sn = S + (int64_t)blockIdx.x * R;
+  for (int r = threadIdx.x; r < R; r += blockDim.x) s[r] = Sn[r];
+  __syncthreads();
+  for (int co = threadIdx.x; co < Cout; co += blockDim.x) {
+    float v = 0.f;
+    for (int r = 0; r < R; ++r) v = fmaf(s[r], __ldg(wt + (int64_t)r * Cout + co), v);
+    out[(int64_t)blockIdx.x * Cout + co] = alpha * (v * inv_area + (bias ? __ldg(bias + co) : 0.f));
+  }
+}
+
+}  // namespace
+
+// x: [N, C, H, W] fp32 contiguous; wt: the weight as [C * kh * kw, Cout] (ci, kh, kw major);
+// windows: per row tap lo, hi, then per column tap lo, hi; area: the output's H * W.
+torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<torch::Tensor> bias,
+                              std::vector<int64_t> windows, int64_t kh, int64_t kw, int64_t area, double alpha) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous(),
+              "channel_means_k: x must be a contiguous 4-D fp32 CUDA tensor");
+  TORCH_CHECK(kh >= 1 && kw >= 1 && kh <= kMaxTaps && kw <= kMaxTaps && (int64_t)windows.size() == 2 * (kh + kw),
+              "channel_means_k: 1 to ", kMaxTaps, " taps per dimension, two bounds per tap");
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), R = C * kh * kw;
+  TORCH_CHECK(wt.is_cuda() && wt.scalar_type() == at::kFloat && wt.dim() == 2 && wt.size(0) == R && wt.is_contiguous(),
+              "channel_means_k: wt must be [C * kh * kw, Cout] contiguous fp32");
+  TORCH_CHECK(H * W < (1ll << 31) && R * 4 <= 48 * 1024, "channel_means_k: a plane or the contraction is too large");
+  const int64_t Cout = wt.size(1);
+  const c10::cuda::CUDAGuard guard(x.device());
+  Windows win{};
+  for (int64_t t = 0; t < kh; ++t) win.h_lo[t] = (int)windows[2 * t], win.h_hi[t] = (int)windows[2 * t + 1];
+  for (int64_t t = 0; t < kw; ++t)
+    win.w_lo[t] = (int)windows[2 * (kh + t)], win.w_hi[t] = (int)windows[2 * (kh + t) + 1];
+  auto S = torch::empty({N, R}, x.options());
+  auto out = torch::empty({N, Cout}, x.options());
+  if (N == 0 || Cout == 0) return out;
+  const float* bp = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->is_cuda() && bias->scalar_type() == at::kFloat && bias->numel() == Cout && bias->is_contiguous(),
+                "channel_means_k: bias must be Cout contiguous fp32 values");
+    bp = bias->data_ptr<float>();
+  }
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int k = (int)std::max(kh, kw);
+  const unsigned planes = (unsigned)(N * C);
+  if (planes > 0) {
+    auto run = [&](auto kk) {
+      window_sums_kernel<decltype(kk)::value><<<planes, kThreads, 0, stream>>>(
+          x.data_ptr<float>(), S.data_ptr<float>(), (int)H, (int)W, (int)kh, (int)kw, win);
+    };
+    if (k == 1)
+      run(std::integral_constant<int, 1>{});
+    else if (k == 2)
+      run(std::integral_constant<int, 2>{});
+    else if (k == 3)
+      run(std::integral_constant<int, 3>{});
+    else if (k == 4)
+      run(std::integral_constant<int, 4>{});
+    else
+      run(std::integral_constant<int, 8>{});
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  } else {
+    S.zero_();
+  }
+  contract_means_kernel<<<(unsigned)N, 128, (size_t)R * sizeof(float), stream>>>(
+      S.data_ptr<float>(), wt.data_ptr<float>(), bp, out.data_ptr<float>(), (int)R, (int)Cout, (float)(1.0 / area),
+      (float)alpha);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
