@@ -245,3 +245,33 @@ def test_channel_means_fused_matches_the_convolutions_mean(case):
         want = 0.5 * torch.nn.functional.conv_transpose2d(
             x.double(), conv.weight.double(), conv.bias.double() if bias else None, s, p, op, 1, d).mean(dim=(2, 3))
         torch.testing.assert_close(channel_means_fused(x, conv, alpha=0.5).double(), want, rtol=1e-4, atol=1e-5)
+
+
+# StridedConv(channel_min=True): the minimum over each block of 64 output channels (36's min over
+# channels without writing the convolution); its minimum over the blocks is the convolution's
+# minimum over channels, against float64. Cout 128 (two blocks), 80 (a partial one), 7.
+@pytest.mark.parametrize("way", ["strided", "strided16", "persistent16"])
+@pytest.mark.parametrize("cout", [128, 80, 7])
+def test_strided_conv_channel_min_is_the_convolutions_minimum_over_channels(way, cout):
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    import ct2d_fused
+    from harness.verdict.numerics import compare
+
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(64, cout, 3, stride=2, padding=1, output_padding=1).cuda()
+    extra = torch.randn(cout, 1, 1, device="cuda")
+    x = torch.rand(2, 64, 9, 72, device="cuda")
+    cls, _, staging, persistent = WAYS[way]
+    fast = getattr(ct2d_fused, cls)(conv, "gelu", sign=-1.0)
+    fast.staging, fast.persistent = staging, persistent
+    with torch.no_grad():
+        part = fast(x, extra_bias=extra, channel_min=True)
+        y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), 2, 1, 1)
+        truth = F.gelu(y).amin(dim=1, keepdim=True)
+    assert part.shape == (2, -(-cout // 64), y.shape[2], y.shape[3]), part.shape
+    tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+    result = compare(part.amin(dim=1, keepdim=True), truth, torch.float32, tf32)
+    assert result.ok, result.message

@@ -85,12 +85,12 @@ def main(argv=None) -> int:
     with torch.no_grad():
         want = torch.nn.functional.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
                                                     conv.output_padding)
-        errs = {(st, k): (exts[0].sp_conv(*call_args, st, k == "spp") - want).abs().max().item() if 0 in exts
+        errs = {(st, k): (exts[0].sp_conv(*call_args, st, k == "spp", False) - want).abs().max().item() if 0 in exts
                 else float("nan") for k in args.kernels for st in args.staging}
         ms = {w: [] for w in ways}
         for _ in range(args.rounds):
             for v, st, k in ways:
-                ms[(v, st, k)].append(timed(exts[v].sp_conv, *call_args, st, k == "spp"))
+                ms[(v, st, k)].append(timed(exts[v].sp_conv, *call_args, st, k == "spp", False))
     n, cin, h, w = x.shape
     gflop = 2 * n * cin * conv.out_channels * h * w * kh * kw / 1e9
     mb = (x.numel() + n * conv.out_channels * hout * wout) * 4 / 1e6

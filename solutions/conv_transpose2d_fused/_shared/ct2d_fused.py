@@ -190,8 +190,16 @@ class StridedConv(FastConv):
         plist, packed, offsets = self._packed_sp()
         return packed, phase_table(plist, offsets, hout, wout, c.stride), hout, wout
 
-    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
+        """The convolution with the extra bias and the epilogue; channel_min: instead of it, the minimum
+        over each block of 64 output channels, [N, ceil(Cout / 64), Hout, Wout] (the caller takes the
+        minimum over that dimension: 36's min over channels without writing the convolution)."""
         if not self.applies(x):
+            if channel_min:
+                y = super().__call__(x, extra_bias)
+                n, c, h, w = y.shape
+                pad = y.new_full((n, -(-c // 64) * 64 - c, h, w), float("inf"))
+                return torch.cat([y, pad], dim=1).reshape(n, -1, 64, h, w).amin(dim=2)
             return super().__call__(x, extra_bias)
         from ct2d_sphase import extension
         self._extra = extra_bias
@@ -200,7 +208,7 @@ class StridedConv(FastConv):
         a, b = self.epilogue_args
         return extension().sp_conv(x.contiguous(), packed, self._bias(), table, c.out_channels, hout, wout,
                                    c.stride[0], c.stride[1], EPILOGUES.index(self.epilogue), a, b, self.staging,
-                                   self.persistent)
+                                   self.persistent, channel_min)
 
     def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> Plan:
         if not self.applies(x):

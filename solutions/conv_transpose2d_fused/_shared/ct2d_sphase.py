@@ -19,7 +19,7 @@ MAX_TAPS = 4
 _DECL = """
 torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Tensor> bias, std::vector<int64_t> phases,
     int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a, double epi_b,
-    int64_t staging, bool persistent);
+    int64_t staging, bool persistent, bool channel_min);
 """
 
 

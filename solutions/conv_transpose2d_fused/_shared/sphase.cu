@@ -25,6 +25,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "epilogue.cuh"  // the library's epilogues and helpers (solutions/conv_transpose2d/_shared/fast/)
@@ -47,6 +48,7 @@ constexpr int kKC = 32;          // input channels per staged chunk
 constexpr int kYS = kBI * kBJ + 8;  // ys's channel stride (8 mod 32: conflict-free float2 stores)
 constexpr int kSpMaxPhases = 16;
 constexpr int kSpMaxTaps = 4;    // taps per phase (th * tw): the weights' shared memory
+static_assert(kSpThreads == kBI * kBJ, "sp_store's channel minimum: one pixel of the tile per thread");
 
 struct SpPhase {
   int rh, rw, th, tw, ch, cw, rows, cols;
@@ -172,8 +174,11 @@ __device__ __forceinline__ void sp_mma(float (&acc)[4][4][4], const float* ws, c
 }
 
 // The tile through shared memory (ys[co][il * kBJ + jl], which the caller has made free) and out,
-// row by row of the phase, with the bias and the epilogue. Ends with ys still being read by other
-// warps: the caller syncs before reusing it.
+// with the bias and the epilogue: RED 0, row by row of the phase into y[n][co][oh][ow]; RED 1,
+// the minimum over the block's channels, one pixel per thread, into y[n][cb][oh][ow] (a partial
+// minimum per 64-channel block: the caller's tail takes the minimum over cb). Ends with ys still
+// being read by other warps: the caller syncs before reusing it.
+template <int RED>
 __device__ __forceinline__ void sp_store(const float (&acc)[4][4][4], float* ys, const float* __restrict__ bias,
                                          float* __restrict__ y, const SpArgs& s, const SpTile& u, const Epilogue& epi,
                                          int tid) {
@@ -188,19 +193,35 @@ __device__ __forceinline__ void sp_store(const float (&acc)[4][4][4], float* ys,
       *reinterpret_cast<float2*>(ys + (co + 8) * kYS + px) = make_float2(acc[m][q][2], acc[m][q][3]);
     }
   __syncthreads();
-  for (int row = warp; row < kCoB * kBI; row += kSpThreads / 32) {
-    const int cl = row / kBI, il = row - cl * kBI;
-    const int co = u.cb * kCoB + cl, i = u.i0 + il;
-    if (co >= s.Cout || i >= u.ph.rows) continue;
-    const float bv = bias ? __ldg(bias + co) : 0.f;
-    float* yrow = y + (((long long)u.n * s.Cout + co) * s.Hout + u.ph.rh + (long long)s.sh * i) * s.Wout + u.ph.rw;
-    for (int jl = lane; jl < kBJ; jl += 32) {
-      const int j = u.j0 + jl;
+  if constexpr (RED == 1) {
+    const int il = tid / kBJ, jl = tid - il * kBJ, i = u.i0 + il, j = u.j0 + jl;  // kSpThreads == kBI * kBJ
+    if (i >= u.ph.rows || j >= u.ph.cols) return;
+    const int nco = min(kCoB, s.Cout - u.cb * kCoB);
+    float m = INFINITY;
+    bool nan = false;
+    for (int cl = 0; cl < nco; ++cl) {
+      const float v = epi(ys[cl * kYS + tid] + (bias ? __ldg(bias + u.cb * kCoB + cl) : 0.f));
+      nan |= v != v;
+      m = fminf(m, v);
+    }
+    __stcs(y + (((long long)u.n * s.co_blocks + u.cb) * s.Hout + u.ph.rh + (long long)s.sh * i) * s.Wout + u.ph.rw +
+               (long long)s.sw * j,
+           nan ? NAN : m);  // torch.min's NaN, which fminf would drop
+  } else {
+    for (int row = warp; row < kCoB * kBI; row += kSpThreads / 32) {
+      const int cl = row / kBI, il = row - cl * kBI;
+      const int co = u.cb * kCoB + cl, i = u.i0 + il;
+      if (co >= s.Cout || i >= u.ph.rows) continue;
+      const float bv = bias ? __ldg(bias + co) : 0.f;
+      float* yrow = y + (((long long)u.n * s.Cout + co) * s.Hout + u.ph.rh + (long long)s.sh * i) * s.Wout + u.ph.rw;
+      for (int jl = lane; jl < kBJ; jl += 32) {
+        const int j = u.j0 + jl;
 #if SP_ABLATE & 4  // one impossible value stored, so the products stay live
-      if (j < u.ph.cols && epi(ys[cl * kYS + il * kBJ + jl] + bv) == 1234.5f) __stcs(yrow + (long long)s.sw * j, 0.f);
+        if (j < u.ph.cols && epi(ys[cl * kYS + il * kBJ + jl] + bv) == 1234.5f) __stcs(yrow + (long long)s.sw * j, 0.f);
 #else
-      if (j < u.ph.cols) __stcs(yrow + (long long)s.sw * j, epi(ys[cl * kYS + il * kBJ + jl] + bv));
+        if (j < u.ph.cols) __stcs(yrow + (long long)s.sw * j, epi(ys[cl * kYS + il * kBJ + jl] + bv));
 #endif
+      }
     }
   }
 }
@@ -215,8 +236,8 @@ __device__ __forceinline__ void sp_zero(float (&acc)[4][4][4]) {
 }
 
 // ct2d_sp: one item per block (grid: phase fastest, then tile; co block; image), two blocks per
-// SM; each chunk staged, waited for, then computed. Measured on the H200 (XV 1).
-template <int XV>
+// SM; each chunk staged, waited for, then computed. Measured on the H200 (XV 1, RED 0).
+template <int XV, int RED>
 __global__ void __launch_bounds__(kSpThreads, 2)
     ct2d_sp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
             float* __restrict__ y, const SpArgs s, const Epilogue epi) {
@@ -237,7 +258,7 @@ __global__ void __launch_bounds__(kSpThreads, 2)
     sp_mma(acc, ws, xs, s, u, kc, tid);
   }
   __syncthreads();
-  sp_store(acc, smem, bias, y, s, u, epi, tid);
+  sp_store<RED>(acc, smem, bias, y, s, u, epi, tid);
 }
 
 // ct2d_spp: the same items on persistent blocks, one per SM, each taking items blockIdx.x,
@@ -246,7 +267,7 @@ __global__ void __launch_bounds__(kSpThreads, 2)
 // tile's trip out through ys): chunk L + 2 is staged while chunks L + 1 and L are computed and
 // stored, so staging overlaps the MMAs. Written after ct2d_sp's ablation (docs/perf-notes.md),
 // not yet run on a GPU: StridedConv takes it only when asked (persistent = True).
-template <int XV>
+template <int XV, int RED>
 __global__ void __launch_bounds__(kSpThreads, 1)
     ct2d_spp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
              float* __restrict__ y, const SpArgs s, const Epilogue epi) {
@@ -287,7 +308,7 @@ __global__ void __launch_bounds__(kSpThreads, 1)
       sp_mma(acc, st, st + s.wfloats, s, u, kc, tid);
       if (kc == s.nkc - 1) {
         __syncthreads();  // every warp is done reading the stage: ys takes its place
-        sp_store(acc, st, bias, y, s, u, epi, tid);
+        sp_store<RED>(acc, st, bias, y, s, u, epi, tid);
         sp_zero(acc);
       }
     }
@@ -319,10 +340,12 @@ void sp_launch(dim3 grid, int smem, const float* x, const float* wp, const float
 // x: [N, Cin, Hin, Win] fp32 contiguous; wp: the packed weights (ct2d_fused.StridedConv); bias: per
 // output channel or undefined; phases: per phase rh, rw, th, tw, ch, cw, rows, cols, woff; the
 // epilogue as the library's (kind, a, b); staging: x's copies, 4 or 16 bytes (16 where x allows);
-// persistent: ct2d_spp (persistent blocks, a two-stage ring) rather than ct2d_sp.
+// persistent: ct2d_spp (persistent blocks, a two-stage ring) rather than ct2d_sp; channel_min: the
+// output is [N, ceil(Cout / 64), Hout, Wout], each the minimum over its 64 channels (after the bias
+// and the epilogue), rather than [N, Cout, Hout, Wout].
 torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Tensor> bias, std::vector<int64_t> phases,
                       int64_t Cout, int64_t Hout, int64_t Wout, int64_t sh, int64_t sw, int64_t epilogue, double epi_a,
-                      double epi_b, int64_t staging, bool persistent) {
+                      double epi_b, int64_t staging, bool persistent, bool channel_min) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous(),
               "sp_conv: x must be a contiguous 4-D fp32 CUDA tensor");
   TORCH_CHECK(wp.is_cuda() && wp.scalar_type() == at::kFloat && wp.is_contiguous(), "sp_conv: packed weights");
@@ -355,7 +378,8 @@ torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Te
     tw_max = std::max(tw_max, q.tw);
     t_max = std::max(t_max, q.th * q.tw);
   }
-  auto y = torch::empty({s.N, Cout, Hout, Wout}, x.options());
+  const int64_t out_c = channel_min ? (Cout + kCoB - 1) / kCoB : Cout;  // channel_min: a partial minimum per block of 64
+  auto y = torch::empty({s.N, out_c, Hout, Wout}, x.options());
   if (y.numel() == 0) return y;
   s.tiles_i = (rows_max + kBI - 1) / kBI;
   s.tiles_j = (cols_max + kBJ - 1) / kBJ;
@@ -386,20 +410,22 @@ torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Te
   const float* wpp = wp.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int dev = x.get_device();
-  if (persistent) {
-    const int64_t items = gx * co_blocks * s.N;
-    const dim3 grid((unsigned)std::min<int64_t>(items, sm_count()));
-    if (vec)
-      sp_launch<ct2d_spp<4>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+  const int64_t items = gx * co_blocks * s.N;
+  const dim3 grid = persistent ? dim3((unsigned)std::min<int64_t>(items, sm_count())) : dim3((unsigned)gx, co_blocks, s.N);
+  auto run = [&](auto xv, auto red) {
+    constexpr int XV = decltype(xv)::value, RED = decltype(red)::value;
+    if (persistent)
+      sp_launch<ct2d_spp<XV, RED>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
     else
-      sp_launch<ct2d_spp<1>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
-  } else {
-    const dim3 grid((unsigned)gx, co_blocks, s.N);
-    if (vec)
-      sp_launch<ct2d_sp<4>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
-    else
-      sp_launch<ct2d_sp<1>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
-  }
+      sp_launch<ct2d_sp<XV, RED>>(grid, smem, xp, wpp, bp, yp, s, e, dev);
+  };
+  using One = std::integral_constant<int, 1>;
+  using Zero = std::integral_constant<int, 0>;
+  using Four = std::integral_constant<int, 4>;
+  if (vec)
+    channel_min ? run(Four{}, One{}) : run(Four{}, Zero{});
+  else
+    channel_min ? run(One{}, One{}) : run(One{}, Zero{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
