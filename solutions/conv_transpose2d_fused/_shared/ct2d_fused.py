@@ -220,7 +220,7 @@ class StridedConv(FastConv):
         vec = staging_bytes(x.contiguous(), self.staging)
         blocks = ("persistent blocks (one per SM), a two-stage ring of 32-channel chunks" if self.persistent
                   else "a block per item")
-        return Plan(f"{'ct2d_spp' if self.persistent else 'ct2d_sp'}<{vec // 4}>",
+        return Plan(f"{'ct2d_spp' if self.persistent else 'ct2d_sp'}<{vec // 4}, 0>",  # <XV, RED>: the profiler's name
                     "../../conv_transpose2d_fused/_shared/sphase.cu",
                     f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, items of 64 channels x 4x64 pixels, "
                     f"{blocks}, x staged by {vec}-byte copies and rounded to nearest TF32; epilogue "
