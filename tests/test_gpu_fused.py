@@ -18,6 +18,11 @@ pytestmark = pytest.mark.gpu
 FUSED = REPO_ROOT / "solutions" / "conv_transpose2d_fused"
 
 
+def _kernels_ran(prof):
+    """The kernels a profile saw, named as plan() names them (no namespace, no arguments)."""
+    return {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0] for e in prof.key_averages()}
+
+
 def _reference(name, a, b):
     import torch
     import torch.nn.functional as F
@@ -56,7 +61,7 @@ def test_epilogues_match_pytorch_fused_or_not_and_plan_says_which(epilogue, a, b
             torch.cuda.synchronize()
         truth = _reference(epilogue, a, b)(torch.nn.functional.conv_transpose2d(
             x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), stride, 1, stride - 1))
-    ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0] for e in prof.key_averages()}
+    ran = _kernels_ran(prof)
     assert plan.kernel in ran, (plan, sorted(ran))
     if fused:
         assert plan.kernel.startswith("ct2d_phase_epi<") and f"epilogue {epilogue} in the store" in plan.config, plan
@@ -182,8 +187,7 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
         truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
     assert words in plan.config, plan
     if staging:
-        ran = {re.sub(r"^void ", "", e.key.replace("(anonymous namespace)::", "")).split("(")[0]
-               for e in prof.key_averages()}
+        ran = _kernels_ran(prof)
         assert plan.kernel in ran, (plan, sorted(ran))
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
     result = compare(out, truth, torch.float32, tf32)

@@ -93,7 +93,8 @@ def channel_means(x: torch.Tensor, conv: torch.nn.ConvTranspose2d) -> torch.Tens
 # without a GPU (not yet any solution's path; tests/test_gpu_fused.py holds it to float64): 44's
 # torch version is bound by launching its dozen operators (0.64-0.74 ms for 67 MB of x).
 
-def tap_windows(size: int, k: int, s: int, p: int, op: int, d: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=None)
+def tap_windows(size: int, k: int, s: int, p: int, op: int, d: int) -> tuple[tuple[int, int], ...]:
     """Per tap t: the input indices i whose output position i*s - p + t*d lies inside the output,
     as one interval [lo, hi) (possibly empty): the complement of _excluded's set for t."""
     out = output_size(size, k, s, p, op, d)
@@ -102,7 +103,7 @@ def tap_windows(size: int, k: int, s: int, p: int, op: int, d: int) -> list[tupl
         lo = max(0, -((t * d - p) // s))                 # ceil((p - t*d) / s)
         hi = min(size, (out - 1 + p - t * d) // s + 1)   # floor((out - 1 + p - t*d) / s) + 1
         windows.append((lo, max(lo, hi)))
-    return windows
+    return tuple(windows)   # cached per geometry: no Python loop per call
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,11 +23,12 @@ torch::Tensor sp_conv(torch::Tensor x, torch::Tensor wp, c10::optional<torch::Te
 """
 
 
-def _source() -> str:
-    """sphase.cu headed by a digest of the library headers it includes: torch's build cache keys on
-    the source text, so a change in epilogue.cuh or common.cuh rebuilds."""
+def library_source(name: str) -> str:
+    """A .cu file of this folder that includes the library's headers (split.cu, sphase.cu), headed
+    by a digest of those headers: torch's build cache keys on the source text, so a change in
+    epilogue.cuh or common.cuh rebuilds."""
     digest = hashlib.sha256(b"".join((FAST_DIR / f).read_bytes() for f in ("epilogue.cuh", "common.cuh")))
-    return f"// fast/ headers sha256 {digest.hexdigest()}\n" + (_HERE / "sphase.cu").read_text()
+    return f"// fast/ headers sha256 {digest.hexdigest()}\n" + (_HERE / name).read_text()
 
 
 def round_tf32(t: torch.Tensor) -> torch.Tensor:
@@ -85,7 +86,7 @@ def extension(ablate: int = 0):
     return load_inline(
         name="ct2d_fused_sphase" + (f"_ablate{ablate}" if ablate else ""),
         cpp_sources=_DECL,
-        cuda_sources=_source(),
+        cuda_sources=library_source("sphase.cu"),
         functions=["sp_conv"],
         extra_include_paths=[str(FAST_DIR)],
         extra_cuda_cflags=["-O3", "-std=c++17"] + ([f"-DSP_ABLATE={ablate}"] if ablate else []),

@@ -2,13 +2,13 @@
 convolution's phase outputs in place with the bias and the library's epilogue (its header,
 fast/epilogue.cuh, on the include path). Apart from the tails' build (ct2d_tails.py), which the
 solutions use: no solution takes SplitConv (correct on the H200, slower; docs/perf-notes.md)."""
-import hashlib
+import sys
 from pathlib import Path
 
 from torch.utils.cpp_extension import load_inline
 
-_HERE = Path(__file__).resolve().parent
-FAST_DIR = _HERE.parents[1] / "conv_transpose2d" / "_shared" / "fast"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ct2d_sphase import FAST_DIR, library_source  # noqa: E402
 
 _DECL = """
 torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int64_t> offsets, int64_t stride_h,
@@ -17,17 +17,10 @@ torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int6
 """
 
 
-def _source() -> str:
-    """split.cu headed by a digest of the library headers it includes: torch's build cache keys on
-    the source text, so a change in epilogue.cuh or common.cuh rebuilds."""
-    digest = hashlib.sha256(b"".join((FAST_DIR / f).read_bytes() for f in ("epilogue.cuh", "common.cuh")))
-    return f"// fast/ headers sha256 {digest.hexdigest()}\n" + (_HERE / "split.cu").read_text()
-
-
 split = load_inline(
     name="ct2d_fused_split",
     cpp_sources=_DECL,
-    cuda_sources=_source(),
+    cuda_sources=library_source("split.cu"),
     functions=["phase_interleave"],
     extra_include_paths=[str(FAST_DIR)],
     extra_cuda_cflags=["-O3", "-std=c++17"],
