@@ -1,9 +1,10 @@
 """42 and 44 (the fused family's exact algebra) timed three ways on their benchmark inputs: the
-problem's reference, the fast solution as it is (ct2d_means.channel_means: a dozen PyTorch
-operators) and with ct2d_means.channel_means_fused (means.cu: two kernels) in its place; outputs
-compared with the solution's; CUDA events, L2 flushed before each call, median of --calls calls
-in --rounds alternating rounds. Needs a GPU. The reference runs under PyTorch's defaults (cuDNN's
-TF32 on); the harness times 42's and 44's with TF32 off, so their speedups there are larger.
+problem's reference, the fast solution with the algebra as PyTorch operators in place of its kernels
+(ct2d_means.channel_means: a dozen operators) and the fast solution as it is
+(ct2d_means.channel_means_fused, means.cu: two kernels); outputs compared; CUDA events, L2 flushed
+before each call, median of --calls calls in --rounds alternating rounds. Needs a GPU. The reference
+runs under PyTorch's defaults (cuDNN's TF32 on); the harness times 42's and 44's with TF32 off, so
+their speedups there are larger.
 
     PYTHONPATH=. python tools/bench_means.py [--calls 50] [--rounds 5]
 
@@ -51,21 +52,21 @@ def main(argv=None) -> int:
         smod = load_module(sol.path, prefix="kb_solution")
         model = construct(smod.ModelNew, init, 0, "cuda")
         [x] = make_inputs(mod, 1, "cuda")
-        torch_way = smod.channel_means
+        fused_way = smod.channel_means_fused
 
-        def fused_way(x_, conv):
-            return ct2d_means.channel_means_fused(x_, conv)
+        def torch_way(x_, conv, alpha=1.0):
+            return ct2d_means.channel_means(x_, conv) * alpha
 
         with torch.no_grad():
             a = model(x).clone()
-            smod.channel_means = fused_way
+            smod.channel_means_fused = torch_way
             diff = (model(x) - a).abs().max().item()
             ms = {"reference": [], "torch": [], "fused": []}
             for _ in range(args.rounds):
                 ms["reference"].append(timed(ref, x))
-                smod.channel_means = torch_way
+                smod.channel_means_fused = torch_way
                 ms["torch"].append(timed(model, x))
-                smod.channel_means = fused_way
+                smod.channel_means_fused = fused_way
                 ms["fused"].append(timed(model, x))
         med = {k: statistics.median(v) for k, v in ms.items()}
         print(f"| {problem.id.split('_')[0]} | {med['reference']:.3f} | {med['torch']:.3f} | {med['fused']:.3f} | "

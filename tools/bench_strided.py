@@ -37,18 +37,24 @@ def main(argv=None) -> int:
     p.add_argument("--problems", nargs="*", default=["2", "5", "16", "36", "91", "93"])
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
-    from ct2d_fused import FastConv, SplitConv, StridedConv
+    from ct2d_fused import FastConv, SplitConv, StridedConv, channel_block_min
 
     timed = FlushedTimer(args.calls)
 
-    class StridedConv16(StridedConv):
-        staging = 16
+    def way(base, **attrs):
+        """base with StridedConv's attributes set, and channel_min (36) by a pass of its own where
+        base writes the convolution."""
+        def call(self, x, extra_bias=None, channel_min=False):
+            if base is StridedConv:
+                return base.__call__(self, x, extra_bias, channel_min)
+            y = base.__call__(self, x, extra_bias)
+            return channel_block_min(y) if channel_min else y
+        return type(base.__name__, (base,), dict(attrs, __call__=call))
 
-    class StridedConvPersistent(StridedConv):
-        staging, persistent = 16, True
-
-    ways = {"phase kernel": FastConv, "split": SplitConv, "strided": StridedConv, "strided 16-byte staging": StridedConv16,
-            "strided persistent 16-byte": StridedConvPersistent}
+    ways = {"phase kernel": way(FastConv), "split": way(SplitConv),
+            "strided": way(StridedConv, staging=4, persistent=False),
+            "strided 16-byte staging": way(StridedConv, staging=16, persistent=False),
+            "strided persistent 16-byte": way(StridedConv, staging=16, persistent=True)}
     print("| problem | " + " | ".join(f"{w} ms" for w in ways) + " | max abs difference from the phase kernel | plan |")
     print("|---|" + "---|" * (len(ways) + 2))
     for problem in problems.select("conv_transpose2d_fused"):

@@ -1,4 +1,5 @@
-"""16: ConvTranspose2d, Mish, + a, Hardtanh(-1, 1), x s, in one kernel: the phase kernel (stride 2)
+"""16: ConvTranspose2d, Mish, + a, Hardtanh(-1, 1), x s, in one kernel: the strided convolution as
+one implicit GEMM per output phase on TF32 mma.sync (../_shared/sphase.cu, ct2d_fused.StridedConv)
 with the tail in its store (fast/epilogue.cuh, mish_add_hardtanh_scale; softplus with PyTorch's
 threshold of 20); the output written once. TF32 class."""
 import sys
@@ -7,10 +8,13 @@ from pathlib import Path
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
-from ct2d_fused import FastConv  # noqa: E402
+from ct2d_fused import StridedConv  # noqa: E402
+from ct2d_sphase import extension  # noqa: E402
 
 PRECISIONS = ("fp32",)
 DEVICES = ("cuda",)
+
+extension()   # sphase.cu, built at import: the harness's build step compiles it with the others
 
 
 class ModelNew(nn.Module):
@@ -20,7 +24,7 @@ class ModelNew(nn.Module):
                                                  output_padding)
         self.add_value = add_value
         self.scale = scale
-        self.fast = FastConv(self.conv_transpose, "mish_add_hardtanh_scale", (add_value, scale))
+        self.fast = StridedConv(self.conv_transpose, "mish_add_hardtanh_scale", (add_value, scale))
 
     def forward(self, x):
         return self.fast(x)

@@ -1,4 +1,5 @@
-"""5: ConvTranspose2d, - bias, tanh, in one kernel: the phase kernel (stride 2) with the bias
+"""5: ConvTranspose2d, - bias, tanh, in one kernel: the strided convolution as one implicit GEMM
+per output phase on TF32 mma.sync (../_shared/sphase.cu, ct2d_fused.StridedConv), the bias
 subtracted in its bias vector and tanh in its store (fast/epilogue.cuh); the output written once.
 TF32 class."""
 import sys
@@ -8,10 +9,13 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
-from ct2d_fused import FastConv  # noqa: E402
+from ct2d_fused import StridedConv  # noqa: E402
+from ct2d_sphase import extension  # noqa: E402
 
 PRECISIONS = ("fp32",)
 DEVICES = ("cuda",)
+
+extension()   # sphase.cu, built at import: the harness's build step compiles it with the others
 
 
 class ModelNew(nn.Module):
@@ -20,7 +24,7 @@ class ModelNew(nn.Module):
         self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
                                                  padding=padding, output_padding=output_padding)
         self.bias = nn.Parameter(torch.randn(bias_shape))
-        self.fast = FastConv(self.conv_transpose, "tanh", sign=-1.0)
+        self.fast = StridedConv(self.conv_transpose, "tanh", sign=-1.0)
 
     def forward(self, x):
         return self.fast(x, extra_bias=self.bias)

@@ -1,4 +1,5 @@
-"""93: ConvTranspose2d, + a, min(., 0), GELU, x m, in one kernel: the phase kernel (stride 2) with
+"""93: ConvTranspose2d, + a, min(., 0), GELU, x m, in one kernel: the strided convolution as one
+implicit GEMM per output phase on TF32 mma.sync (../_shared/sphase.cu, ct2d_fused.StridedConv) with
 the tail in its store (fast/epilogue.cuh, add_min_gelu_scale; GELU's exact erf form, PyTorch's
 default); the output written once. TF32 class."""
 import sys
@@ -7,10 +8,13 @@ from pathlib import Path
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
-from ct2d_fused import FastConv  # noqa: E402
+from ct2d_fused import StridedConv  # noqa: E402
+from ct2d_sphase import extension  # noqa: E402
 
 PRECISIONS = ("fp32",)
 DEVICES = ("cuda",)
+
+extension()   # sphase.cu, built at import: the harness's build step compiles it with the others
 
 
 class ModelNew(nn.Module):
@@ -19,7 +23,7 @@ class ModelNew(nn.Module):
         self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride)
         self.add_value = add_value
         self.multiply_value = multiply_value
-        self.fast = FastConv(self.conv_transpose, "add_min_gelu_scale", (add_value, multiply_value))
+        self.fast = StridedConv(self.conv_transpose, "add_min_gelu_scale", (add_value, multiply_value))
 
     def forward(self, x):
         return self.fast(x)

@@ -18,7 +18,15 @@ sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
 from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
 from ct2d_phases import output_size, phases  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv"]
+__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv", "channel_block_min"]
+
+
+def channel_block_min(y: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """y's minimum over each block of `block` channels: [N, ceil(C / block), H, W] (what
+    StridedConv(channel_min=True) stores, for the paths that write the convolution first)."""
+    n, c, h, w = y.shape
+    pad = y.new_full((n, -(-c // block) * block - c, h, w), float("inf"))
+    return torch.cat([y, pad], dim=1).reshape(n, -1, block, h, w).amin(dim=2)
 
 
 class FastConv:
@@ -149,13 +157,14 @@ class StridedConv(FastConv):
     1, groups, dilation, more than 16 phases or 4 taps per phase, not fp32 CUDA) the call is
     FastConv's. The weights are packed once per weight version (ct2d_sphase.pack_weights).
 
-    staging: x's copies into shared memory, 4 bytes per element (measured on the H200) or 16
-    (where x's width is a multiple of 4). persistent: ct2d_spp, persistent blocks whose chunks go
-    through a two-stage ring (staging overlaps the MMAs) instead of ct2d_sp's block per item. Both
-    written after ct2d_sp's measurement and not yet run on a GPU, so off by default
-    (docs/perf-notes.md)."""
+    staging: x's copies into shared memory, 16 bytes per copy where x's width is a multiple of 4
+    (else 4), or 4 always. persistent: ct2d_spp, persistent blocks whose chunks go through a
+    two-stage ring (staging overlaps the MMAs) instead of ct2d_sp's block per item. Measured on the
+    H200 (tools/bench_strided.py, docs/perf-notes.md): 16-byte staging 10-12% faster than 4-byte;
+    the persistent kernel 1.8-2x slower (one block per SM at 150 registers hides less than two
+    blocks per item), so off."""
 
-    staging = 4
+    staging = 16
     persistent = False
 
     def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
@@ -195,12 +204,8 @@ class StridedConv(FastConv):
         over each block of 64 output channels, [N, ceil(Cout / 64), Hout, Wout] (the caller takes the
         minimum over that dimension: 36's min over channels without writing the convolution)."""
         if not self.applies(x):
-            if channel_min:
-                y = super().__call__(x, extra_bias)
-                n, c, h, w = y.shape
-                pad = y.new_full((n, -(-c // 64) * 64 - c, h, w), float("inf"))
-                return torch.cat([y, pad], dim=1).reshape(n, -1, 64, h, w).amin(dim=2)
-            return super().__call__(x, extra_bias)
+            y = super().__call__(x, extra_bias)
+            return channel_block_min(y) if channel_min else y
         from ct2d_sphase import extension
         self._extra = extra_bias
         c = self.conv_transpose2d

@@ -89,9 +89,9 @@ def channel_means(x: torch.Tensor, conv: torch.nn.ConvTranspose2d) -> torch.Tens
     return means + conv.bias if conv.bias is not None else means
 
 
-# ---- The same algebra in two kernels (means.cu): one pass over x, then the contraction. Written
-# without a GPU (not yet any solution's path; tests/test_gpu_fused.py holds it to float64): 44's
-# torch version is bound by launching its dozen operators (0.64-0.74 ms for 67 MB of x).
+# ---- The same algebra in two kernels (means.cu): one pass over x, then the contraction (42's and
+# 44's path; tests/test_gpu_fused.py holds it to float64). The torch version above is bound by
+# launching its dozen operators (44: 0.64-0.74 ms for 67 MB of x).
 
 @functools.lru_cache(maxsize=None)
 def tap_windows(size: int, k: int, s: int, p: int, op: int, d: int) -> tuple[tuple[int, int], ...]:
@@ -121,8 +121,11 @@ def extension():
 
 
 def channel_means_fused(x: torch.Tensor, conv: torch.nn.ConvTranspose2d, alpha: float = 1.0) -> torch.Tensor:
-    """alpha * channel_means(x, conv) in two kernels (means.cu): [n, co], fp32 CUDA."""
+    """alpha * channel_means(x, conv) in two kernels (means.cu): [n, co], for fp32 CUDA x; any other
+    x: channel_means's PyTorch operators."""
     assert conv.groups == 1 and conv.padding_mode == "zeros"
+    if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 4):
+        return channel_means(x, conv) * alpha
     (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
     (oph, opw), (dh, dw) = conv.output_padding, conv.dilation
     h, w = x.shape[2], x.shape[3]

@@ -22,10 +22,33 @@ struct Windows {
 // One block per (image, channel) plane of x; S[plane][kh][kw] = sum of the plane over rows
 // [h_lo[kh], h_hi[kh]) and columns [w_lo[kw], w_hi[kw]). Each thread keeps the K x K sums of the
 // elements it reads (K: the larger tap count, 8 for 5 to 8; taps past kh, kw never match), then
-// the block adds them up.
+// the block adds them up. V4 (W % 4 == 0, x 16-byte aligned): four groups of four columns of one
+// row per thread in flight (16-byte streaming loads, issued before any is used), each group's
+// column-window sums formed first, then added to the rows' windows it lies in; else one element
+// at a time.
 template <int K>
-__global__ void window_sums_kernel(const float* __restrict__ x, float* __restrict__ S, int H, int W, int kh, int kw,
-                                   const Windows win) {
+__device__ __forceinline__ void add_group(float (&acc)[K][K], const float4 v, int ih, int iw, int kh, int kw,
+                                          const Windows& win) {
+  float cs[K];
+#pragma unroll
+  for (int b = 0; b < K; ++b) {
+    const int lo = win.w_lo[b], hi = win.w_hi[b];
+    cs[b] = (b < kw) ? ((iw >= lo && iw < hi ? v.x : 0.f) + (iw + 1 >= lo && iw + 1 < hi ? v.y : 0.f) +
+                        (iw + 2 >= lo && iw + 2 < hi ? v.z : 0.f) + (iw + 3 >= lo && iw + 3 < hi ? v.w : 0.f))
+                     : 0.f;
+  }
+#pragma unroll
+  for (int a = 0; a < K; ++a) {
+    if (a < kh && ih >= win.h_lo[a] && ih < win.h_hi[a]) {
+#pragma unroll
+      for (int b = 0; b < K; ++b) acc[a][b] += cs[b];
+    }
+  }
+}
+
+template <int K, bool V4>
+__global__ void __launch_bounds__(kThreads) window_sums_kernel(const float* __restrict__ x, float* __restrict__ S,
+                                                               int H, int W, int kh, int kw, const Windows win) {
   const float* plane = x + (int64_t)blockIdx.x * H * W;
   float acc[K][K];
 #pragma unroll
@@ -33,20 +56,39 @@ __global__ void window_sums_kernel(const float* __restrict__ x, float* __restric
 #pragma unroll
     for (int b = 0; b < K; ++b) acc[a][b] = 0.f;
   const int HW = H * W;
-  int ih = threadIdx.x / W, iw = threadIdx.x - ih * W;
-  for (int e = threadIdx.x; e < HW; e += kThreads) {
-    const float v = __ldcs(plane + e);
+  if constexpr (V4) {
+    constexpr int kU = 4;  // float4 loads in flight per thread
+    const float4* p4 = reinterpret_cast<const float4*>(plane);
+    const int n4 = HW / 4;
+    for (int f0 = threadIdx.x; f0 < n4; f0 += kU * kThreads) {
+      float4 v[kU];
 #pragma unroll
-    for (int a = 0; a < K; ++a) {
-      const bool row = a < kh && ih >= win.h_lo[a] && ih < win.h_hi[a];
+      for (int u = 0; u < kU; ++u) {
+        const int f = f0 + u * kThreads;
+        v[u] = f < n4 ? __ldcs(p4 + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
 #pragma unroll
-      for (int b = 0; b < K; ++b)
-        if (row && b < kw && iw >= win.w_lo[b] && iw < win.w_hi[b]) acc[a][b] += v;
+      for (int u = 0; u < kU; ++u) {
+        const int e = 4 * (f0 + u * kThreads), ih = e / W, iw = e - ih * W;
+        add_group<K>(acc, v[u], ih, iw, kh, kw, win);  // past the plane: zeros, whatever window
+      }
     }
-    iw += kThreads;
-    while (iw >= W) {
-      iw -= W;
-      ++ih;
+  } else {
+    int ih = threadIdx.x / W, iw = threadIdx.x - ih * W;
+    for (int e = threadIdx.x; e < HW; e += kThreads) {
+      const float v = __ldcs(plane + e);
+#pragma unroll
+      for (int a = 0; a < K; ++a) {
+        const bool row = a < kh && ih >= win.h_lo[a] && ih < win.h_hi[a];
+#pragma unroll
+        for (int b = 0; b < K; ++b)
+          if (row && b < kw && iw >= win.w_lo[b] && iw < win.w_hi[b]) acc[a][b] += v;
+      }
+      iw += kThreads;
+      while (iw >= W) {
+        iw -= W;
+        ++ih;
+      }
     }
   }
   __shared__ float part[kThreads / 32][K * K];
@@ -70,19 +112,30 @@ __global__ void window_sums_kernel(const float* __restrict__ x, float* __restric
 }
 
 // out[n, co] = alpha * (sum_r S[n, r] wt[r, co] * inv_area + bias[co]), r = (ci, kh, kw): one block
-// per image, S[n] in shared memory, threads along the output channels (wt's rows are read
-// coalesced).
-__global__ void contract_means_kernel(const float* __restrict__ S, const float* __restrict__ wt,
-                                      const float* __restrict__ bias, float* __restrict__ out, int R, int Cout,
-                                      float inv_area, float alpha) {
+// per image and 32 output channels (blockIdx.y), S[n] in shared memory; lanes along the channels
+// (wt's rows read coalesced), the warps splitting r, their partial sums added in shared memory.
+constexpr int kContractWarps = 8;
+__global__ void __launch_bounds__(kContractWarps * 32) contract_means_kernel(
+    const float* __restrict__ S, const float* __restrict__ wt, const float* __restrict__ bias, float* __restrict__ out,
+    int R, int Cout, float inv_area, float alpha) {
   extern __shared__ float s[];
+  __shared__ float part[kContractWarps][32];
   const float* Sn = S + (int64_t)blockIdx.x * R;
   for (int r = threadIdx.x; r < R; r += blockDim.x) s[r] = Sn[r];
   __syncthreads();
-  for (int co = threadIdx.x; co < Cout; co += blockDim.x) {
-    float v = 0.f;
-    for (int r = 0; r < R; ++r) v = fmaf(s[r], __ldg(wt + (int64_t)r * Cout + co), v);
-    out[(int64_t)blockIdx.x * Cout + co] = alpha * (v * inv_area + (bias ? __ldg(bias + co) : 0.f));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, co = blockIdx.y * 32 + lane;
+  float v = 0.f;
+  if (co < Cout) {
+#pragma unroll 8
+    for (int r = warp; r < R; r += kContractWarps) v = fmaf(s[r], __ldg(wt + (int64_t)r * Cout + co), v);
+  }
+  part[warp][lane] = v;
+  __syncthreads();
+  if (warp == 0 && co < Cout) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w8 = 0; w8 < kContractWarps; ++w8) sum += part[w8][lane];
+    out[(int64_t)blockIdx.x * Cout + co] = alpha * (sum * inv_area + (bias ? __ldg(bias + co) : 0.f));
   }
 }
 
@@ -119,9 +172,15 @@ torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<t
   const int k = (int)std::max(kh, kw);
   const unsigned planes = (unsigned)(N * C);
   if (planes > 0) {
+    const bool v4 = W % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr<float>()) % 16 == 0;
     auto run = [&](auto kk) {
-      window_sums_kernel<decltype(kk)::value><<<planes, kThreads, 0, stream>>>(
-          x.data_ptr<float>(), S.data_ptr<float>(), (int)H, (int)W, (int)kh, (int)kw, win);
+      constexpr int K = decltype(kk)::value;
+      if (v4)
+        window_sums_kernel<K, true><<<planes, kThreads, 0, stream>>>(x.data_ptr<float>(), S.data_ptr<float>(), (int)H,
+                                                                     (int)W, (int)kh, (int)kw, win);
+      else
+        window_sums_kernel<K, false><<<planes, kThreads, 0, stream>>>(x.data_ptr<float>(), S.data_ptr<float>(),
+                                                                      (int)H, (int)W, (int)kh, (int)kw, win);
     };
     if (k == 1)
       run(std::integral_constant<int, 1>{});
@@ -137,7 +196,8 @@ torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<t
   } else {
     S.zero_();
   }
-  contract_means_kernel<<<(unsigned)N, 128, (size_t)R * sizeof(float), stream>>>(
+  contract_means_kernel<<<dim3((unsigned)N, (unsigned)((Cout + 31) / 32)), kContractWarps * 32,
+                          (size_t)R * sizeof(float), stream>>>(
       S.data_ptr<float>(), wt.data_ptr<float>(), bp, out.data_ptr<float>(), (int)R, (int)Cout, (float)(1.0 / area),
       (float)alpha);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
