@@ -271,11 +271,17 @@ def test_strided_conv_channel_min_is_the_convolutions_minimum_over_channels(way,
     cls, _, staging, persistent = WAYS[way]
     fast = getattr(ct2d_fused, cls)(conv, "gelu", sign=-1.0)
     fast.staging, fast.persistent = staging, persistent
+    from torch.profiler import ProfilerActivity, profile
     with torch.no_grad():
-        part = fast(x, extra_bias=extra, channel_min=True)
+        plan = fast.plan(x, extra_bias=extra, channel_min=True)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            part = fast(x, extra_bias=extra, channel_min=True)
+            torch.cuda.synchronize()
         y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), 2, 1, 1)
         truth = F.gelu(y).amin(dim=1, keepdim=True)
     assert part.shape == (2, -(-cout // 64), y.shape[2], y.shape[3]), part.shape
+    assert plan.kernel.endswith(", 1>") and "minimum over each block of 64" in plan.config, plan
+    assert plan.kernel in _kernels_ran(prof), (plan, sorted(_kernels_ran(prof)))
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
     result = compare(part.amin(dim=1, keepdim=True), truth, torch.float32, tf32)
     assert result.ok, result.message

@@ -170,14 +170,21 @@ def fused_rows(times: dict) -> list[dict]:
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
         [xc] = make_inputs(mod, 1, "cuda")
         if hasattr(model, "fast"):
+            kwargs = {"extra_bias": getattr(model, "bias", None) if "extra_bias" in text else None}
+            if "channel_min=True" in text:
+                kwargs["channel_min"] = True
             with torch.no_grad():
-                plan = model.fast.plan(xc, extra_bias=getattr(model, "bias", None) if "extra_bias" in text else None)
-            runs = f"`{plan.kernel}` ({plan.config.split(';')[0]}{'; epilogue in the store' if 'in the store' in plan.config else ''})"
+                plan = model.fast.plan(xc, **kwargs)
+            clauses = [c.strip() for c in plan.config.split(";")]
+            store = f"; {clauses[-1]}" if len(clauses) > 1 and "in the store" in clauses[-1] else ""
+            runs = f"`{plan.kernel}` ({clauses[0]}{store})"
             tail = re.search(r"tails\.(\w+)\(", text)
             if tail:
                 runs += f", then `{tail.group(1)}` (ct2d_tails.py)"
         else:
-            runs = "exact algebra (ct2d_means.py): reductions of x, no convolution"
+            runs = ("exact algebra (ct2d_means.py): `window_sums_kernel` (means.cu: x's sums over each tap's rows and "
+                    "columns, one pass) then `contract_means_kernel` (with the weight and the bias), no convolution"
+                    if "channel_means_fused" in text else "exact algebra (ct2d_means.py): reductions of x, no convolution")
         ms, torch_ms, speedup, ci, gpu = times.get(problem.id, (None, None, None, None, ""))
         out.append({"problem": pid, "runs": runs, "flop": flop, "bytes": nbytes, "floor_ms": floor, "ms": ms,
                     "torch_ms": torch_ms, "speedup": speedup, "ci": ci, "gpu": gpu,

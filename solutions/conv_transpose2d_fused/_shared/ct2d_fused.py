@@ -215,7 +215,7 @@ class StridedConv(FastConv):
                                    c.stride[0], c.stride[1], EPILOGUES.index(self.epilogue), a, b, self.staging,
                                    self.persistent, channel_min)
 
-    def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> Plan:
+    def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> Plan:
         if not self.applies(x):
             return super().plan(x, extra_bias)
         from ct2d_sphase import staging_bytes
@@ -225,8 +225,9 @@ class StridedConv(FastConv):
         vec = staging_bytes(x.contiguous(), self.staging)
         blocks = ("persistent blocks (one per SM), a two-stage ring of 32-channel chunks" if self.persistent
                   else "a block per item")
-        return Plan(f"{'ct2d_spp' if self.persistent else 'ct2d_sp'}<{vec // 4}, 0>",  # <XV, RED>: the profiler's name
+        store = (f"epilogue {self.epilogue}, then the minimum over each block of 64 output channels, in the store"
+                 if channel_min else f"epilogue {self.epilogue} in the store")
+        return Plan(f"{'ct2d_spp' if self.persistent else 'ct2d_sp'}<{vec // 4}, {int(channel_min)}>",  # <XV, RED>: the profiler's name
                     "../../conv_transpose2d_fused/_shared/sphase.cu",
                     f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, items of 64 channels x 4x64 pixels, "
-                    f"{blocks}, x staged by {vec}-byte copies and rounded to nearest TF32; epilogue "
-                    f"{self.epilogue} in the store", "fp32")
+                    f"{blocks}, x staged by {vec}-byte copies and rounded to nearest TF32; {store}", "fp32")

@@ -90,7 +90,8 @@ __device__ __forceinline__ SpTile sp_tile(const SpArgs& s, int p, int tile, int 
 // cp.async; the caller commits and waits.
 // XV: x's staging, 1: 4-byte cp.async per element (any width; measured on the H200), 4: 16-byte
 // cp.async from the multiple of 4 at or before the tile's first column (needs Win % 4 == 0 and x
-// 16-byte aligned, so each group of four is all inside x's row or all outside; not yet measured).
+// 16-byte aligned, so each group of four is all inside x's row or all outside; 10-12% faster on
+// the H200, the solutions' way).
 template <int XV>
 __device__ __forceinline__ void sp_stage(float* ws, float* xs, const float* __restrict__ x, const float* __restrict__ wp,
                                          const SpArgs& s, const SpTile& u, int kc, int tid) {
@@ -236,7 +237,7 @@ __device__ __forceinline__ void sp_zero(float (&acc)[4][4][4]) {
 }
 
 // ct2d_sp: one item per block (grid: phase fastest, then tile; co block; image), two blocks per
-// SM; each chunk staged, waited for, then computed. Measured on the H200 (XV 1, RED 0).
+// SM; each chunk staged, waited for, then computed. The solutions' kernel (docs/perf-notes.md).
 template <int XV, int RED>
 __global__ void __launch_bounds__(kSpThreads, 2)
     ct2d_sp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
@@ -265,8 +266,9 @@ __global__ void __launch_bounds__(kSpThreads, 2)
 // blockIdx.x + gridDim.x, ... (consecutive blocks: a tile's phases at the same time, as above),
 // its chunks through a ring of two stages (each the weights and x's tile of a chunk, or the
 // tile's trip out through ys): chunk L + 2 is staged while chunks L + 1 and L are computed and
-// stored, so staging overlaps the MMAs. Written after ct2d_sp's ablation (docs/perf-notes.md),
-// not yet run on a GPU: StridedConv takes it only when asked (persistent = True).
+// stored, so staging overlaps the MMAs. Correct, but 2x slower than ct2d_sp on the H200 (one block
+// of 8 warps per SM hides less than two; docs/perf-notes.md): StridedConv takes it only when asked
+// (persistent = True).
 template <int XV, int RED>
 __global__ void __launch_bounds__(kSpThreads, 1)
     ct2d_spp(const float* __restrict__ x, const float* __restrict__ wp, const float* __restrict__ bias,
