@@ -285,3 +285,30 @@ def test_strided_conv_channel_min_is_the_convolutions_minimum_over_channels(way,
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
     result = compare(part.amin(dim=1, keepdim=True), truth, torch.float32, tf32)
     assert result.ok, result.message
+
+
+# 19's tail in one kernel (tails.cu: gelu_group_norm_one_pass_kernel, its statistic and
+# normalization pieces in one launch, each group normalized lag groups after its statistics) and
+# as two passes, against float64: 16-byte and element-wise accesses (HW < 4, L % 4 != 0, groups of
+# four across two channels), one piece per group with many groups (the lag's middle slots), a
+# lag as large as the groups, several pieces per group.
+GN_CASES = [(3, 64, 35, 37, 8), (2, 6, 1, 3, 3), (5, 10, 7, 7, 5), (40, 16, 64, 64, 4), (2, 64, 130, 130, 8),
+            (1, 4, 2, 2, 2)]
+
+
+@pytest.mark.parametrize("case", GN_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gelu_group_norm_one_pass_and_two_pass_match_pytorch(case):
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_tails import tails
+
+    n, c, h, w, groups = case
+    torch.manual_seed(0)
+    y = torch.randn(n, c, h, w, device="cuda") * 2.0
+    weight, bias = torch.randn(c, device="cuda"), torch.randn(c, device="cuda")
+    want = F.group_norm(F.gelu(y.double()), groups, weight.double(), bias.double(), 1e-5)
+    for fn in (tails.gelu_group_norm, tails.gelu_group_norm_two_pass):
+        got = fn(y.clone(), groups, weight, bias, 1e-5)
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)

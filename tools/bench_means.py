@@ -13,7 +13,6 @@ harness's number.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
 
 
-from flushed_timing import FlushedTimer  # noqa: E402
+from flushed_timing import FlushedTimer, bench_arguments  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,10 +32,7 @@ def main(argv=None) -> int:
     from harness.core import problems, solutions
     from harness.core.problems import construct, load_module, make_inputs
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--rounds", type=int, default=5)
-    args = p.parse_args(argv)
+    args = bench_arguments(__doc__, 50, 5).parse_args(argv)
     timed = FlushedTimer(args.calls)
 
     print("| problem | reference ms | channel_means ms | channel_means_fused ms | max abs difference |")

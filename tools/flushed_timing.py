@@ -1,9 +1,18 @@
-"""The decision-aid benches' timer (bench_strided.py, bench_means.py, ablate_sp.py): the median
-CUDA-event time of a call, L2 flushed (256 MiB written) before each. Not the harness's timing
-(harness/verdict/timing.py), which a solution's speed is."""
+"""The decision-aid benches' timer (bench_strided.py, bench_means.py, bench_tails.py, ablate_sp.py):
+the median CUDA-event time of a call, L2 flushed (256 MiB written) before each, and their common
+arguments. Not the harness's timing (harness/verdict/timing.py), which a solution's speed is."""
 from __future__ import annotations
 
+import argparse
 import statistics
+
+
+def bench_arguments(doc: str, calls: int, rounds: int) -> argparse.ArgumentParser:
+    """A bench's parser: its docstring's first line, --calls (per median) and --rounds (alternating)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--calls", type=int, default=calls)
+    p.add_argument("--rounds", type=int, default=rounds)
+    return p
 
 
 class FlushedTimer:

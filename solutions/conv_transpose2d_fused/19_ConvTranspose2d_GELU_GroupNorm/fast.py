@@ -1,7 +1,7 @@
 """19: ConvTranspose2d, GELU, GroupNorm: the convolution by the fast library (stride 1: its
-implicit GEMM), then two passes over its output (ct2d_tails.py, gelu_group_norm: each group's
-sums of GELU(v) and of its square, then the normalization, GELU recomputed, in place). TF32
-class."""
+implicit GEMM), then one kernel over its output (ct2d_tails.py, gelu_group_norm: each group's
+sums of GELU(v) and of its square, then, a few groups later while the group is still in L2, the
+normalization, GELU recomputed, in place; y read from DRAM once). TF32 class."""
 import sys
 from pathlib import Path
 

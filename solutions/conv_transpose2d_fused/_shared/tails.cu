@@ -1,7 +1,8 @@
 // The fused family's tails: what follows a ConvTranspose2d in KernelBench level 2 where it is not
 // elementwise. Each takes the convolution's output y (fp32, contiguous, N x C x H x W, written by
 // the fast library) and reads it once, except the normalizations: their statistics in one pass,
-// the normalization in the next. Sums of statistics: fp32 per thread, fp64 per block and across
+// the normalization in the next (19's: both in one kernel, each group normalized while it is
+// still in L2). Sums of statistics: fp32 per thread, fp64 per block and across
 // blocks (atomics on a zeroed buffer), so the order blocks finish in moves only the last bits.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -171,6 +172,108 @@ __global__ void gelu_group_norm_kernel(const float* __restrict__ y, float* __res
   }
 }
 
+// ---- 19 in one kernel: GELU -> GroupNorm with y read from DRAM once. Work items, taken in order
+// by persistent blocks from a counter: a piece (kGnChunk values) of one group's statistics, or of
+// its normalization; group g's statistics come in slot g, its normalization in slot g + lag, so
+// the normalization reads the group while it is still in L2 (lag groups behind: about lag x 2 MB
+// at 19's shape), in the same launch (no pass over all of y between the two). A normalization
+// piece waits until its group's statistic pieces are all in (done[g] == pieces); those were taken
+// earlier by blocks that wait on nothing, so every wait ends. lag is larger than the items in
+// flight (gridDim.x), so the waits are rare.
+constexpr int kGnChunk = 16384;
+
+struct GnItem {
+  int64_t g;   // (n, group)
+  int64_t piece;
+  bool norm;
+};
+
+__device__ __forceinline__ GnItem gn_item(int64_t i, int64_t groups, int64_t P, int64_t lag) {
+  // slots 0 .. lag-1: statistics only; lag .. groups-1: statistics of the slot, then the
+  // normalization of slot - lag; groups .. groups+lag-1: normalization only
+  if (i < lag * P) return {i / P, i % P, false};
+  i -= lag * P;
+  if (i < (groups - lag) * 2 * P) {
+    const int64_t slot = lag + i / (2 * P), w = i % (2 * P);
+    return w < P ? GnItem{slot, w, false} : GnItem{slot - lag, w - P, true};
+  }
+  i -= (groups - lag) * 2 * P;
+  return {groups + i / P - lag, i % P, true};
+}
+
+__global__ void __launch_bounds__(kThreads) gelu_group_norm_one_pass_kernel(
+    float* __restrict__ y, double* __restrict__ stats, int* __restrict__ done, int* __restrict__ next,
+    const float* __restrict__ w, const float* __restrict__ b, int64_t L, int64_t HW, int C, int G, int64_t groups,
+    int64_t P, int64_t lag, float eps) {
+  __shared__ double red[32];
+  __shared__ int64_t item_s;
+  __shared__ float2 mr_s;
+  const int64_t items = 2 * groups * P;
+  const bool v4 = L % 4 == 0 && HW >= 4 && L < (1ll << 31);  // 16-byte accesses, 32-bit offsets in a group
+  for (;;) {
+    __syncthreads();  // item_s and mr_s are free
+    if (threadIdx.x == 0) item_s = atomicAdd(next, 1);
+    __syncthreads();
+    const int64_t i = item_s;
+    if (i >= items) return;
+    const GnItem it = gn_item(i, groups, P, lag);
+    float* gy = y + it.g * L;
+    const int64_t e0 = it.piece * kGnChunk, e1 = min(e0 + kGnChunk, L);
+    if (!it.norm) {
+      float s = 0.f, ss = 0.f;
+      if (v4) {
+        for (int e = (int)e0 + 4 * threadIdx.x; e < (int)e1; e += 4 * kThreads) {
+          const float4 q = __ldcg(reinterpret_cast<const float4*>(gy + e));
+          const float v0 = gelu(q.x), v1 = gelu(q.y), v2 = gelu(q.z), v3 = gelu(q.w);
+          s += (v0 + v1) + (v2 + v3);
+          ss += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3);
+        }
+      } else {
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads) {
+          const float v = gelu(__ldcg(gy + e));
+          s += v;
+          ss += v * v;
+        }
+      }
+      const double ts = block_sum(s, red), tss = block_sum(ss, red);
+      if (threadIdx.x == 0) {
+        atomicAdd(stats + 2 * it.g, ts);
+        atomicAdd(stats + 2 * it.g + 1, tss);
+        __threadfence();  // the sums are visible before the count says so
+        atomicAdd(done + it.g, 1);
+      }
+    } else {
+      if (threadIdx.x == 0) {
+        while (atomicAdd(done + it.g, 0) < P) __nanosleep(200);
+        __threadfence();
+        const double st[2] = {atomicAdd(stats + 2 * it.g, 0.0), atomicAdd(stats + 2 * it.g + 1, 0.0)};
+        mr_s = mean_rstd(st, (double)L, eps);
+      }
+      __syncthreads();
+      const float2 mr = mr_s;
+      const int grp = (int)(it.g % G), cg = C / G;
+      if (v4) {
+        for (int e = (int)e0 + 4 * threadIdx.x; e < (int)e1; e += 4 * kThreads) {
+          const int ce = e / (int)HW, rem = e - ce * (int)HW;  // a group of four spans one channel or two (HW >= 4)
+          float4 q = __ldcg(reinterpret_cast<const float4*>(gy + e));
+          float* qv = reinterpret_cast<float*>(&q);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int ck = grp * cg + ce + (rem + k >= (int)HW ? 1 : 0);
+            qv[k] = (gelu(qv[k]) - mr.x) * mr.y * __ldg(w + ck) + __ldg(b + ck);
+          }
+          __stcs(reinterpret_cast<float4*>(gy + e), q);
+        }
+      } else {
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads) {
+          const int c = grp * cg + (int)(e / HW);
+          gy[e] = (gelu(gy[e]) - mr.x) * mr.y * __ldg(w + c) + __ldg(b + c);
+        }
+      }
+    }
+  }
+}
+
 // ---- 11: BatchNorm2d (training: the batch's statistics) -> tanh -> MaxPool2d(2, 2) -> GroupNorm.
 // 1. per-channel sums over (N, H, W): grid (C, splits of N)
 __global__ void channel_stats_kernel(const float* __restrict__ y, double* __restrict__ stats, int N, int C,
@@ -303,7 +406,10 @@ torch::Tensor softmax_bias_scale_sigmoid(torch::Tensor y, torch::Tensor bias, do
   return y;
 }
 
-torch::Tensor gelu_group_norm(torch::Tensor y, int64_t groups, torch::Tensor weight, torch::Tensor bias, double eps) {
+// 19's tail: in one kernel (y read from DRAM once; the solutions' path), or as two passes over y
+// (statistics, then the normalization; tools/bench_tails.py's way to compare).
+torch::Tensor gelu_group_norm_impl(torch::Tensor y, int64_t groups, torch::Tensor weight, torch::Tensor bias,
+                                   double eps, bool one_pass) {
   check_y(y);
   const int64_t N = y.size(0), C = y.size(1), HW = y.size(2) * y.size(3);
   TORCH_CHECK(groups > 0 && C % groups == 0, "tails: channels must divide by the groups");
@@ -311,11 +417,30 @@ torch::Tensor gelu_group_norm(torch::Tensor y, int64_t groups, torch::Tensor wei
   check_param(bias, C, "bias");
   const at::cuda::CUDAGuard guard(y.device());
   const int64_t L = C / groups * HW;
-  auto stats = torch::zeros({N * groups, 2}, y.options().dtype(at::kDouble));
+  const int64_t G = N * groups;
   if (N * L == 0) return y;
   const auto stream = at::cuda::getCurrentCUDAStream();
+  if (one_pass) {
+    const int64_t P = (L + kGnChunk - 1) / kGnChunk;
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int64_t grid = std::min<int64_t>(4 * sms, 2 * G * P);
+    // the lag (in groups): more items than the blocks in flight, two slots to spare
+    const int64_t lag = std::min<int64_t>(G, (grid + 2 * P - 1) / (2 * P) + 2);
+    // one zeroed buffer: the sums (2 doubles per group), then done (an int per group) and the item counter
+    auto buf = torch::zeros({2 * G + (G + 2) / 2 + 1}, y.options().dtype(at::kDouble));
+    double* stats = buf.data_ptr<double>();
+    int* done = reinterpret_cast<int*>(stats + 2 * G);
+    int* next = done + G;
+    TORCH_CHECK(2 * G * P < (1ll << 31), "tails: too many items for one launch");
+    gelu_group_norm_one_pass_kernel<<<(unsigned)grid, kThreads, 0, stream>>>(
+        y.data_ptr<float>(), stats, done, next, weight.data_ptr<float>(), bias.data_ptr<float>(), L, HW, (int)C,
+        (int)groups, G, P, lag, (float)eps);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+  }
+  auto stats = torch::zeros({G, 2}, y.options().dtype(at::kDouble));
   const int chunk = 16 * kThreads;
-  dim3 grid((unsigned)((L + chunk - 1) / chunk), (unsigned)(N * groups));
+  dim3 grid((unsigned)((L + chunk - 1) / chunk), (unsigned)G);
   group_stats_kernel<true><<<grid, kThreads, 0, stream>>>(y.data_ptr<float>(), stats.data_ptr<double>(), L, chunk);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   gelu_group_norm_kernel<<<grid, kThreads, 0, stream>>>(y.data_ptr<float>(), y.data_ptr<float>(),
@@ -323,6 +448,15 @@ torch::Tensor gelu_group_norm(torch::Tensor y, int64_t groups, torch::Tensor wei
                                                         bias.data_ptr<float>(), L, HW, C, groups, chunk, (float)eps);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
+}
+
+torch::Tensor gelu_group_norm(torch::Tensor y, int64_t groups, torch::Tensor weight, torch::Tensor bias, double eps) {
+  return gelu_group_norm_impl(y, groups, weight, bias, eps, true);
+}
+
+torch::Tensor gelu_group_norm_two_pass(torch::Tensor y, int64_t groups, torch::Tensor weight, torch::Tensor bias,
+                                       double eps) {
+  return gelu_group_norm_impl(y, groups, weight, bias, eps, false);
 }
 
 torch::Tensor batch_norm_tanh_pool_group_norm(torch::Tensor y, torch::Tensor bn_weight, torch::Tensor bn_bias,
