@@ -82,11 +82,12 @@ def test_a_strided_transposed_convolution_is_its_phases_stride_1_convolutions_in
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12), (k, s, p, op, h, w)
 
 
-def test_split_conv_plumbing_with_the_library_and_the_interleave_kernel_emulated(monkeypatch):
-    """SplitConv's Python on the CPU: the library's call emulated by PyTorch's convolution of the
-    arguments it is given (weight, stride, padding, bias), split.cu's phase_interleave by its
-    per-element indexing written again in PyTorch; the result is the strided convolution with the
-    extra bias and the epilogue, and follows an in-place weight update."""
+def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_kernels_emulated(monkeypatch):
+    """SplitConv's and SubpixelConv's Python on the CPU: the library's call emulated by PyTorch's
+    convolution of the arguments it is given (weight, stride, padding, bias), split.cu's
+    phase_interleave and subpixel_interleave by their per-element indexing written again in
+    PyTorch; the result is the strided convolution with the extra bias and the epilogue, and
+    follows an in-place weight update."""
     import importlib.util
     import sys
     import types
@@ -123,29 +124,45 @@ def test_split_conv_plumbing_with_the_library_and_the_interleave_kernel_emulated
             v = v + bias[nc % c]
         assert fast.EPILOGUES[kind] == "tanh"
         return torch.tanh(v).reshape(n, c, h, w)
+    def subpixel_interleave(z, offsets, sh, sw, c, h, w, bias, kind, a, b):  # split.cu's indexing
+        n, hz, wz = z.shape[0], z.shape[2], z.shape[3]
+        e = torch.arange(n * c * h * w)
+        ow, oh, cc, nn_ = e % w, e // w % h, e // (h * w) % c, e // (c * h * w)
+        p = (oh % sh) * sw + ow % sw
+        och, ocw = torch.tensor(offsets[0::2]), torch.tensor(offsets[1::2])
+        t, u = oh // sh + och[p], ow // sw + ocw[p]
+        m = (t < hz) & (u < wz)
+        v = torch.zeros(e.shape, dtype=torch.float64)
+        v[m] = z[nn_[m], (p * c + cc)[m], t[m], u[m]]
+        if bias is not None:
+            v = v + bias[cc]
+        assert fast.EPILOGUES[kind] == "tanh"
+        return torch.tanh(v).reshape(n, c, h, w)
     monkeypatch.setitem(sys.modules, "ct2d_fast", fast)
-    monkeypatch.setitem(sys.modules, "ct2d_split", types.SimpleNamespace(split=types.SimpleNamespace(
-        phase_interleave=phase_interleave)))
+    monkeypatch.setitem(sys.modules, "ct2d_split", types.SimpleNamespace(extension=lambda: types.SimpleNamespace(
+        phase_interleave=phase_interleave, subpixel_interleave=subpixel_interleave)))
     monkeypatch.syspath_prepend(str(FUSED / "_shared"))
     # loaded under a name of its own, so no later import of ct2d_fused (the GPU tests') finds this one
     spec = importlib.util.spec_from_file_location("ct2d_fused_emulated", FUSED / "_shared" / "ct2d_fused.py")
     ct2d_fused = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ct2d_fused)
     monkeypatch.setattr(ct2d_fused.SplitConv, "applies", lambda self, x: True)
+    monkeypatch.setattr(ct2d_fused.SubpixelConv, "applies", lambda self, x: True)
 
     torch.manual_seed(0)
     for k, s, p, op in [((3, 3), (2, 2), (1, 1), (1, 1)), ((4, 4), (2, 2), (0, 0), (0, 0)),
                         ((5, 3), (3, 2), (2, 0), (1, 1)), ((2, 3), (3, 4), (0, 1), (2, 0))]:
         conv = torch.nn.ConvTranspose2d(3, 5, k, stride=s, padding=p, output_padding=op).double()
         extra = torch.randn(5, 1, 1, dtype=torch.float64)
-        split = ct2d_fused.SplitConv(conv, "tanh", sign=-1.0)
         x = torch.randn(2, 3, 7, 6, dtype=torch.float64)
-        with torch.no_grad():
-            for _ in range(2):
-                folded = (conv.bias - extra.reshape(-1)).float().double()  # the bias vector is fp32, as the kernels take it
-                want = torch.tanh(F.conv_transpose2d(x, conv.weight, folded, s, p, op))
-                torch.testing.assert_close(split(x, extra_bias=extra), want, rtol=1e-12, atol=1e-12)
-                conv.weight.mul_(-0.5)
+        for cls in (ct2d_fused.SplitConv, ct2d_fused.SubpixelConv):
+            split = cls(conv, "tanh", sign=-1.0)
+            with torch.no_grad():
+                for _ in range(2):
+                    folded = (conv.bias - extra.reshape(-1)).float().double()  # the bias vector is fp32, as the kernels take it
+                    want = torch.tanh(F.conv_transpose2d(x, conv.weight, folded, s, p, op))
+                    torch.testing.assert_close(split(x, extra_bias=extra), want, rtol=1e-12, atol=1e-12), (cls, k, s)
+                    conv.weight.mul_(-0.5)
 
 
 def _sp_emulated(x, w, stride, padding, output_padding):

@@ -142,14 +142,18 @@ STRIDED_CASES = [c + ((19, 23),) for c in SPLIT_CASES] + [
     (64, 64, (3, 3), (2, 2), (1, 1), (1, 1), (9, 70)),
     (64, 128, (4, 4), (2, 2), (0, 0), (0, 0), (6, 131)),
     (72, 80, (3, 2), (2, 2), (0, 1), (1, 0), (13, 66)),
+    (16, 64, (2, 4), (3, 4), (0, 0), (0, 0), (7, 16)),  # column stride 4, output width 64 (16-byte stores)
 ]
 # (class, words of its plan, StridedConv's staging and persistent); the 16-byte ways on x widths
 # that allow 16-byte copies
 WAYS = {"split": ("SplitConv", "stride-1 phase convolutions", None, False),
         "strided": ("StridedConv", "4-byte copies", 4, False), "strided16": ("StridedConv", "16-byte copies", 16, False),
         "persistent": ("StridedConv", "persistent blocks", 4, True),
-        "persistent16": ("StridedConv", "16-byte copies", 16, True)}
+        "persistent16": ("StridedConv", "16-byte copies", 16, True),
+        "subpixel": ("SubpixelConv", "one stride-1 convolution of", None, False)}
 STRIDED16_CASES = [c[:6] + ((c[6][0], -(-c[6][1] // 4) * 4),) for c in STRIDED_CASES]
+# SubpixelConv's pass over rows longer than one warp's pass (599 outputs one at a time, 600 four at a time)
+SUBPIXEL_WIDE_CASES = [(16, 32, (3, 3), (2, 2), (1, 1), (0, 0), (3, 300)), (16, 32, (4, 4), (2, 2), (1, 1), (0, 0), (3, 300))]
 
 
 def _case_id(c):
@@ -158,7 +162,8 @@ def _case_id(c):
 
 @pytest.mark.parametrize("way, case", [("split", c + ((19, 23),)) for c in SPLIT_CASES]
                          + [(w, c) for w in ("strided", "persistent") for c in STRIDED_CASES]
-                         + [(w, c) for w in ("strided16", "persistent16") for c in STRIDED16_CASES], ids=lambda v: v if isinstance(v, str) else _case_id(v))
+                         + [(w, c) for w in ("strided16", "persistent16") for c in STRIDED16_CASES]
+                         + [("subpixel", c) for c in STRIDED_CASES + SUBPIXEL_WIDE_CASES], ids=lambda v: v if isinstance(v, str) else _case_id(v))
 @pytest.mark.parametrize("epilogue, a, b", [("none", 0.0, 0.0), ("tanh", 0.0, 0.0), ("add_min_gelu_scale", 0.5, 2.0)])
 def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
     import torch
@@ -186,7 +191,7 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
         y = F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double() - extra.double().reshape(-1), s, p, op)
         truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
     assert words in plan.config, plan
-    if staging:
+    if staging or way == "subpixel":
         ran = _kernels_ran(prof)
         assert plan.kernel in ran, (plan, sorted(ran))
     tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
@@ -195,7 +200,8 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
 
 
 @pytest.mark.parametrize("cls, staging, persistent", [("SplitConv", None, False), ("StridedConv", 4, False),
-                                                     ("StridedConv", 16, False), ("StridedConv", 16, True)])
+                                                     ("StridedConv", 16, False), ("StridedConv", 16, True),
+                                                     ("SubpixelConv", None, False)])
 def test_split_and_strided_conv_follow_the_weight_in_place_and_on_a_new_tensor(cls, staging, persistent):
     import torch
     import torch.nn.functional as F

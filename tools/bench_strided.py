@@ -1,11 +1,13 @@
-"""The fused family's strided problems, each fast solution's model with its convolution run five
-ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions interleaved
-(SplitConv) and one implicit GEMM per phase (StridedConv, sphase.cu) with x staged by 4-byte and
-by 16-byte copies, and on persistent blocks with a two-stage ring (ct2d_spp), on the benchmark
-input, the outputs compared with FastConv's, each timed by CUDA events (median of --calls calls,
-L2 flushed before each), alternating in rounds. Needs a GPU.
+"""The fused family's strided problems, each fast solution's model with its convolution run up to
+six ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions interleaved
+(SplitConv), one implicit GEMM per phase (StridedConv, sphase.cu) with x staged by 4-byte and by
+16-byte copies, and on persistent blocks with a two-stage ring (ct2d_spp), and one stride-1
+convolution of every phase's channels interleaved (SubpixelConv), on the benchmark input, the
+outputs compared with the first way's, each timed by CUDA events (median of --calls calls, L2
+flushed before each), alternating in rounds. Needs a GPU.
 
     PYTHONPATH=. python tools/bench_strided.py [--calls 30] [--rounds 5] [--problems 2 5 16 36 91 93]
+        [--ways phase split strided strided16 persistent16 subpixel]
 
 A decision aid for the next step of issue 48 (docs/perf-notes.md, "The fused family"), not the
 harness's timing: a solution's speed is what `python run_eval.py --problem conv_transpose2d_fused`
@@ -35,9 +37,11 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--problems", nargs="*", default=["2", "5", "16", "36", "91", "93"])
+    keys = ["phase", "split", "strided", "strided16", "persistent16", "subpixel"]
+    p.add_argument("--ways", nargs="*", default=keys, choices=keys)
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
-    from ct2d_fused import FastConv, SplitConv, StridedConv, channel_block_min
+    from ct2d_fused import FastConv, SplitConv, StridedConv, SubpixelConv, channel_block_min
 
     timed = FlushedTimer(args.calls)
 
@@ -45,17 +49,20 @@ def main(argv=None) -> int:
         """base with StridedConv's attributes set, and channel_min (36) by a pass of its own where
         base writes the convolution."""
         def call(self, x, extra_bias=None, channel_min=False):
-            if base is StridedConv:
+            if base in (StridedConv, SubpixelConv):
                 return base.__call__(self, x, extra_bias, channel_min)
             y = base.__call__(self, x, extra_bias)
             return channel_block_min(y) if channel_min else y
         return type(base.__name__, (base,), dict(attrs, __call__=call))
 
-    ways = {"phase kernel": way(FastConv), "split": way(SplitConv),
-            "strided": way(StridedConv, staging=4, persistent=False),
-            "strided 16-byte staging": way(StridedConv, staging=16, persistent=False),
-            "strided persistent 16-byte": way(StridedConv, staging=16, persistent=True)}
-    print("| problem | " + " | ".join(f"{w} ms" for w in ways) + " | max abs difference from the phase kernel | plan |")
+    every = {"phase": ("phase kernel", way(FastConv)), "split": ("split", way(SplitConv)),
+             "strided": ("strided", way(StridedConv, staging=4, persistent=False)),
+             "strided16": ("strided 16-byte staging", way(StridedConv, staging=16, persistent=False)),
+             "persistent16": ("strided persistent 16-byte", way(StridedConv, staging=16, persistent=True)),
+             "subpixel": ("subpixel", way(SubpixelConv))}
+    ways = dict(every[k] for k in args.ways)
+    first = next(iter(ways))
+    print("| problem | " + " | ".join(f"{w} ms" for w in ways) + f" | max abs difference from {first} | plans |")
     print("|---|" + "---|" * (len(ways) + 2))
     for problem in problems.select("conv_transpose2d_fused"):
         pid = problem.id.split("_")[0]
@@ -70,19 +77,19 @@ def main(argv=None) -> int:
         convs = {w: cls(f.conv_transpose2d, f.epilogue, f.epilogue_args, f.sign) for w, cls in ways.items()}
         extra = getattr(model, "bias", None) if "extra_bias" in Path(sol.path).read_text() else None
         with torch.no_grad():
-            plan = convs["strided persistent 16-byte"].plan(x, extra_bias=extra)
+            plans = "; ".join(f"{w}: {conv.plan(x, extra_bias=extra).config}" for w, conv in convs.items() if w != "phase kernel")
             outs, times = {}, {w: [] for w in ways}
             for w, conv in convs.items():
                 model.fast = conv
                 outs[w] = model(x).clone()
-            diffs = [(outs[w] - outs["phase kernel"]).abs().max().item() for w in ways if w != "phase kernel"]
+            diffs = [(outs[w] - outs[first]).abs().max().item() for w in ways if w != first]
             del outs
             for _ in range(args.rounds):
                 for w, conv in convs.items():
                     model.fast = conv
                     times[w].append(timed(model, x))
         ms = " | ".join(f"{statistics.median(times[w]):.3f}" for w in ways)
-        print(f"| {pid} | {ms} | {', '.join(f'{d:.2e}' for d in diffs)} | {plan.config} |", flush=True)
+        print(f"| {pid} | {ms} | {', '.join(f'{d:.2e}' for d in diffs)} | {plans} |", flush=True)
         del model, x
         torch.cuda.empty_cache()
     return 0

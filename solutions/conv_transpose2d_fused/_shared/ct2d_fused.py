@@ -16,9 +16,9 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
 from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
-from ct2d_phases import output_size, phases  # noqa: E402
+from ct2d_phases import output_size, phases, subpixel_taps, subpixel_weight  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv", "channel_block_min"]
+__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv", "SubpixelConv", "channel_block_min"]
 
 
 def channel_block_min(y: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -122,7 +122,7 @@ class SplitConv(FastConv):
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
         if not self.applies(x):
             return super().__call__(x, extra_bias)
-        from ct2d_split import split
+        from ct2d_split import extension
         self._extra = extra_bias
         c = self.conv_transpose2d
         plist, subs = self._sub_convs()
@@ -132,7 +132,7 @@ class SplitConv(FastConv):
         (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
         offsets = [v for p in plist for v in (p.ch, p.cw)]
         a, b = self.epilogue_args
-        return split.phase_interleave(ys, offsets, sh, sw, n, c.out_channels, output_size(h, kh, sh, ph, oph),
+        return extension().phase_interleave(ys, offsets, sh, sw, n, c.out_channels, output_size(h, kh, sh, ph, oph),
                                       output_size(w, kw, sw, pw, opw), self._bias(), EPILOGUES.index(self.epilogue),
                                       a, b)
 
@@ -231,3 +231,78 @@ class StridedConv(FastConv):
                     "../../conv_transpose2d_fused/_shared/sphase.cu",
                     f"{len(plist)} phase GEMMs (taps {taps}) on TF32 mma.sync, items of 64 channels x 4x64 pixels, "
                     f"{blocks}, x staged by {vec}-byte copies and rounded to nearest TF32; {store}", "fp32")
+
+
+class SubpixelConv(FastConv):
+    """A strided convolution as ONE stride-1 convolution whose output channels hold every phase's
+    side by side (ct2d_phases.subpixel_weight: [Cin, phases x Cout, th, tw], the phases' sub-kernels
+    zero-padded to the most taps), run on the library's stride-1 kernels (the wgmma kernels on the
+    H200: all phases in one launch, each staged input chunk used by phases x Cout channels), then
+    one pass (split.cu: subpixel_interleave) that puts each phase's values in place with the bias
+    (the extra one folded in) and the epilogue. Where it does not apply (stride 1, groups,
+    dilation, more than 16 phases, not fp32 CUDA, 2^31 outputs or more, a phase offset of 256 or more)
+    the call is FastConv's.
+    The stride-1 weight is built once per weight version (refreshed in place, so the library's
+    packing follows). channel_min as StridedConv's (here by a pass over the output)."""
+
+    def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
+        super().__init__(conv, epilogue, epilogue_args, sign)
+        self._plist = self._sub = self._sub_key = None
+
+    def applies(self, x: torch.Tensor) -> bool:
+        c = self.conv_transpose2d
+        (sh, sw), (kh, kw), (ph, pw), (oph, opw) = c.stride, c.kernel_size, c.padding, c.output_padding
+        return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 4 and c.groups == 1
+                and tuple(c.dilation) == (1, 1) and (sh, sw) != (1, 1) and sh * sw <= 16
+                and x.shape[0] * c.out_channels * output_size(x.shape[2], kh, sh, ph, oph)
+                * output_size(x.shape[3], kw, sw, pw, opw) < 2 ** 31
+                and all(q.ch < 256 and q.cw < 256 for q in phases(c.kernel_size, c.stride, c.padding)))
+
+    def _sub_conv(self):
+        """The phases and the FastConv of the stride-1 convolution (no padding, no bias) on
+        subpixel_weight, its weight refreshed in place when the module's changes (copy_ moves its
+        version, so the library repacks), made anew on another device or shape."""
+        c = self.conv_transpose2d
+        w = c.weight.detach()
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
+        if self._sub_key == key:
+            return self._plist, self._sub
+        plist = phases(c.kernel_size, c.stride, c.padding)
+        wsub = subpixel_weight(w, plist, c.stride)
+        if self._sub_key is None or self._sub_key[2:] != key[2:]:
+            self._sub = FastConv(SimpleNamespace(
+                weight=wsub, bias=None, kernel_size=subpixel_taps(plist), stride=(1, 1), padding=(0, 0),
+                output_padding=(0, 0), dilation=(1, 1), groups=1, out_channels=wsub.shape[1]))
+        else:
+            self._sub.conv_transpose2d.weight.copy_(wsub)
+        self._plist, self._sub_key = plist, key
+        return plist, self._sub
+
+    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
+        if not self.applies(x):
+            y = super().__call__(x, extra_bias)
+            return channel_block_min(y) if channel_min else y
+        from ct2d_split import extension
+        self._extra = extra_bias
+        c = self.conv_transpose2d
+        plist, sub = self._sub_conv()
+        z = sub(x)
+        (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
+        a, b = self.epilogue_args
+        y = extension().subpixel_interleave(z, [v for p in plist for v in (p.ch, p.cw)], sh, sw, c.out_channels,
+                                            output_size(x.shape[2], kh, sh, ph, oph),
+                                            output_size(x.shape[3], kw, sw, pw, opw), self._bias(),
+                                            EPILOGUES.index(self.epilogue), a, b)
+        return channel_block_min(y) if channel_min else y
+
+    def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> Plan:
+        if not self.applies(x):
+            return super().plan(x, extra_bias)
+        plist, sub = self._sub_conv()
+        q = sub.plan(x)
+        th, tw = subpixel_taps(plist)
+        more = ", then the minimum over each block of 64 output channels" if channel_min else ""
+        return Plan(q.kernel, q.file,
+                    f"one stride-1 convolution of {len(plist)} phases x {self.conv_transpose2d.out_channels} "
+                    f"channels (sub-kernel {th}x{tw}): {q.config}; then subpixel_interleave (split.cu) with the "
+                    f"bias and epilogue {self.epilogue}{more}", q.io)

@@ -58,3 +58,27 @@ def interleave_reference(subs: list, plist: list[Phase], stride, out_shape, like
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     return epilogue(y) if epilogue is not None else y
+
+
+def subpixel_taps(plist: list[Phase]) -> tuple[int, int]:
+    """The sub-kernel of the one stride-1 convolution that computes every phase (subpixel_weight):
+    the most taps any phase has in each direction (at least 1)."""
+    return max(1, max(p.taps_h for p in plist)), max(1, max(p.taps_w for p in plist))
+
+
+def subpixel_weight(w, plist: list[Phase], stride):
+    """The phases' sub-kernels side by side along the output channels, as one stride-1 unpadded
+    ConvTranspose2d's weight: [Cin, P * Cout, th, tw] (subpixel_taps), channel p * Cout + c holding
+    w[:, c, kh0_p::sh, kw0_p::sw] in its first taps_h x taps_w taps and zeros after them (a phase
+    with fewer taps than the most, or none, reads the same input rows with zero weights). Its
+    output z has rows t = i + a over x's rows i, so phase p's row i is z's row i + ch_p in the
+    channels of p, as for SplitConv's sub-convolutions; ct2d_fused.SubpixelConv runs it on the
+    library's stride-1 kernels and interleaves z with the bias and the epilogue."""
+    (sh, sw) = stride
+    cin, cout = w.shape[0], w.shape[1]
+    th, tw = subpixel_taps(plist)
+    out = w.new_zeros((cin, len(plist) * cout, th, tw))
+    for i, p in enumerate(plist):
+        if p.taps_h and p.taps_w:
+            out[:, i * cout:(i + 1) * cout, :p.taps_h, :p.taps_w] = w[:, :, p.kh0::sh, p.kw0::sw]
+    return out
