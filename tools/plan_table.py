@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,14 @@ def floor_ms(init: list, x_shape: tuple, out_shape: tuple, cls: str, bandwidth: 
 def roofline_ms(flop: float, nbytes: float, cls: str, bandwidth: float = BANDWIDTH_TBS) -> float:
     """max(FLOP at the class's dense peak, bytes at the bandwidth), in ms."""
     return max(flop / (PEAK_TFLOPS[cls] * 1e9), nbytes / (bandwidth * 1e9))
+
+
+_T0 = time.monotonic()
+
+
+def progress(what: str) -> None:
+    """One line on stderr per step, with the seconds since start: where a slow run spends them."""
+    print(f"plan_table: {what} at {time.monotonic() - _T0:.1f} s", file=sys.stderr, flush=True)
 
 
 def shapes(mod, init: list) -> tuple[tuple, tuple]:
@@ -111,6 +120,7 @@ def rows(times: dict) -> list[dict]:
                         "ms": ms, "gpu": gpu, "floor_ms": floor, "x_floor": ms / floor if ms else None})
             del model, x
             torch.cuda.empty_cache()
+            progress(f"{problem.id} {sol.name} planned")
     return out
 
 
@@ -167,6 +177,7 @@ def fused_rows(times: dict) -> list[dict]:
         floor = roofline_ms(flop, nbytes, "tf32")
         sol = next(s for s in solutions.for_problem(problem) if s.name == "fast")
         text = Path(sol.path).read_text()
+        progress(f"{problem.id}: loading its fast solution (its extensions build or load)")
         model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
         [xc] = make_inputs(mod, 1, "cuda")
         if hasattr(model, "fast"):
@@ -191,6 +202,7 @@ def fused_rows(times: dict) -> list[dict]:
                     "x_floor": ms / floor if ms else None})
         del model, xc
         torch.cuda.empty_cache()
+        progress(f"{problem.id} planned")
     return out
 
 
