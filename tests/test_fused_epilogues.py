@@ -105,8 +105,15 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
 
     def forward(self, x):  # the library's call: what its arguments say
         c = self.conv_transpose2d
-        return F.conv_transpose2d(x, c.weight, self._bias(), c.stride, c.padding, c.output_padding, c.groups,
-                                  c.dilation)
+        op = tuple(c.output_padding)
+        if all(o < max(s, d) for o, s, d in zip(op, c.stride, c.dilation)):
+            return F.conv_transpose2d(x, c.weight, self._bias(), c.stride, c.padding, op, c.groups, c.dilation)
+        # more output padding than PyTorch takes (SubpixelConv's z: stride 1, no padding), which the
+        # library computes from its output-size formula: the extra rows and columns read only zeros
+        assert tuple(c.stride) == (1, 1) and tuple(c.padding) == (0, 0), c
+        y = F.pad(F.conv_transpose2d(x, c.weight, None, 1, 0, 0, c.groups, c.dilation), (0, op[1], 0, op[0]))
+        b = self._bias()
+        return y if b is None else y + b.reshape(1, -1, 1, 1)
     fast.FastConvTranspose2d.forward = forward
 
     def phase_interleave(subs, offsets, sh, sw, n, c, h, w, bias, kind, a, b):  # split.cu's indexing
@@ -155,8 +162,10 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
         conv = torch.nn.ConvTranspose2d(3, 5, k, stride=s, padding=p, output_padding=op).double()
         extra = torch.randn(5, 1, 1, dtype=torch.float64)
         x = torch.randn(2, 3, 7, 6, dtype=torch.float64)
-        for cls in (ct2d_fused.SplitConv, ct2d_fused.SubpixelConv):
+        for cls, z_align in ((ct2d_fused.SplitConv, None), (ct2d_fused.SubpixelConv, 2), (ct2d_fused.SubpixelConv, 4)):
             split = cls(conv, "tanh", sign=-1.0)
+            if z_align:
+                split.z_align = z_align  # z's width padded by one column (7 to 8 here) or more
             with torch.no_grad():
                 for _ in range(2):
                     folded = (conv.bias - extra.reshape(-1)).float().double()  # the bias vector is fp32, as the kernels take it

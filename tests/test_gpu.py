@@ -55,6 +55,9 @@ WGH_SHAPES = [  # (N, Cin, Cout, kernel, H, W, padding, dilation, bias, wgh expe
     (1, 64, 96, (3, 5), 30, 64, (1, 2), 1, True, True),
     (3, 33, 70, (2, 4), 11, 50, (0, 1), (2, 1), True, True),
     (1, 512, 64, (3, 3), 8, 16, 0, 1, False, False),
+    # odd halos with even output widths (64, 70): plan_wg pads the flat row (see the test below)
+    (2, 24, 80, (2, 2), 13, 63, 0, 1, True, True),
+    (1, 40, 64, (4, 2), 9, 71, (1, 1), 1, False, True),
 ]
 # ct2d_wgf: True where x is staged by the kernel's producer (WgdFp16Ops: one 64-channel block, room
 # for three stages and its raw ring), False where a pre-pass converts it (more than 64 channels)
@@ -167,6 +170,28 @@ def test_fast_fp32_wgmma_kernel_is_fp32_class(shape, scale):
 @pytest.mark.parametrize("shape", WGF_SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"_k{s[3][0]}{s[3][1]}")
 def test_fast_wgmma_fp16_kernel_is_tf32_class(shape, scale):
     _fast_kernel_case(shape, scale, "FastConvTranspose2d", "WgdFp16Ops")  # ct2d_wgf, x staged by its producer
+
+
+@pytest.mark.parametrize("k, w, vec", [((2, 2), 63, "16-byte"), ((2, 2), 65, "8-byte"), ((4, 2), 69, "8-byte")])
+def test_fast_wgmma_odd_halo_gets_the_shared_memory_epilogue(k, w, vec):
+    """An even kernel width (an odd halo: SubpixelConv's 2x2 sub-kernels) with an even output
+    width: plan_wg pads the tile's flat row to a multiple of 4 or 2, so the epilogue goes through
+    shared memory with vector stores (unpadded, the row is odd and the fragments are stored one
+    float at a time); correct against float64 at the TF32 tolerance."""
+    import torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernels are built for sm_90a only")
+    _fast_kernel_case((2, 64, 128, k, 12, w, 0, 1, True, True), 1.0, "FastConvTranspose2d", "ct2d_wgs")
+    import sys
+
+    from harness import REPO_ROOT
+    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
+    import ct2d_fast
+
+    model = ct2d_fast.FastConvTranspose2d(64, 128, k).cuda()
+    plan = model.plan(torch.randn(2, 64, 12, w, device="cuda"))
+    assert f"via shared memory, {vec} stores" in plan.config, plan
 
 
 # ct2d_wgf's producer ring filled by TMA (rows of 16-byte multiples, x 16-byte aligned; the

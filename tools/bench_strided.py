@@ -2,12 +2,13 @@
 six ways: the library's phase kernel (ct2d_fused.FastConv), stride-1 phase convolutions interleaved
 (SplitConv), one implicit GEMM per phase (StridedConv, sphase.cu) with x staged by 4-byte and by
 16-byte copies, and on persistent blocks with a two-stage ring (ct2d_spp), and one stride-1
-convolution of every phase's channels interleaved (SubpixelConv), on the benchmark input, the
+convolution of every phase's channels interleaved (SubpixelConv: z's width rounded up to a
+multiple of 4; subpixel2: of 2; subpixel1: not rounded), on the benchmark input, the
 outputs compared with the first way's, each timed by CUDA events (median of --calls calls, L2
 flushed before each), alternating in rounds. Needs a GPU.
 
     PYTHONPATH=. python tools/bench_strided.py [--calls 30] [--rounds 5] [--problems 2 5 16 36 91 93]
-        [--ways phase split strided strided16 persistent16 subpixel]
+        [--ways phase split strided strided16 persistent16 subpixel subpixel2 subpixel1] [--kernels]
 
 A decision aid for the next step of issue 48 (docs/perf-notes.md, "The fused family"), not the
 harness's timing: a solution's speed is what `python run_eval.py --problem conv_transpose2d_fused`
@@ -27,6 +28,26 @@ sys.path.insert(0, str(ROOT))
 from flushed_timing import FlushedTimer  # noqa: E402
 
 
+def kernel_times(model, x, label, calls=5):
+    """Each kernel's CUDA time per call of model(x) (the profiler over `calls` calls), printed."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        model(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                model(x)
+            torch.cuda.synchronize()
+    events = sorted((e for e in prof.key_averages() if e.device_time_total > 0), key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in events) / calls / 1000
+    print(f"  {label}: {total:.3f} ms of kernels per call")
+    for e in events:
+        name = e.key.replace("(anonymous namespace)::", "").split("(")[0]
+        print(f"    {e.device_time_total / calls / 1000:8.3f} ms  x{e.count // calls}  {name[:100]}")
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -37,8 +58,10 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--problems", nargs="*", default=["2", "5", "16", "36", "91", "93"])
-    keys = ["phase", "split", "strided", "strided16", "persistent16", "subpixel"]
+    keys = ["phase", "split", "strided", "strided16", "persistent16", "subpixel", "subpixel2", "subpixel1"]
     p.add_argument("--ways", nargs="*", default=keys, choices=keys)
+    p.add_argument("--kernels", action="store_true",
+                   help="after each problem's row, each way's kernels: CUDA time per call (profiler, 5 calls)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "solutions" / "conv_transpose2d_fused" / "_shared"))
     from ct2d_fused import FastConv, SplitConv, StridedConv, SubpixelConv, channel_block_min
@@ -59,7 +82,9 @@ def main(argv=None) -> int:
              "strided": ("strided", way(StridedConv, staging=4, persistent=False)),
              "strided16": ("strided 16-byte staging", way(StridedConv, staging=16, persistent=False)),
              "persistent16": ("strided persistent 16-byte", way(StridedConv, staging=16, persistent=True)),
-             "subpixel": ("subpixel", way(SubpixelConv))}
+             "subpixel": ("subpixel", way(SubpixelConv)),
+             "subpixel2": ("subpixel, z width even", way(SubpixelConv, z_align=2)),
+             "subpixel1": ("subpixel, z unpadded", way(SubpixelConv, z_align=1))}
     ways = dict(every[k] for k in args.ways)
     first = next(iter(ways))
     print("| problem | " + " | ".join(f"{w} ms" for w in ways) + f" | max abs difference from {first} | plans |")
@@ -90,6 +115,10 @@ def main(argv=None) -> int:
                     times[w].append(timed(model, x))
         ms = " | ".join(f"{statistics.median(times[w]):.3f}" for w in ways)
         print(f"| {pid} | {ms} | {', '.join(f'{d:.2e}' for d in diffs)} | {plans} |", flush=True)
+        if args.kernels:
+            for w, conv in convs.items():
+                model.fast = conv
+                kernel_times(model, x, f"{pid} {w}")
         del model, x
         torch.cuda.empty_cache()
     return 0

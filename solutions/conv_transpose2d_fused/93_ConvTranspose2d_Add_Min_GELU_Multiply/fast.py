@@ -3,8 +3,8 @@ convolution whose 512 output channels are the four output phases' 128 side by si
 none of them padded for this 4x4 kernel), on the library's wgmma kernel with one fp16 product, then
 one pass that puts each phase's values in place with the bias and the tail (ct2d_fused.SubpixelConv,
 ../_shared/split.cu; fast/epilogue.cuh, add_min_gelu_scale, GELU's exact erf form). On the H200 it is
-4.17 ms against 5.29 for the phase-GEMM kernel with the tail in its store (ct2d_fused.StridedConv,
-docs/perf-notes.md). TF32 class."""
+1.84 ms of kernels against 5.29 for the phase-GEMM kernel with the tail in its store
+(ct2d_fused.StridedConv, docs/perf-notes.md). TF32 class."""
 import sys
 from pathlib import Path
 

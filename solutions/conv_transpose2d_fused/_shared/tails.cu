@@ -275,16 +275,25 @@ __global__ void __launch_bounds__(kThreads) gelu_group_norm_one_pass_kernel(
 }
 
 // ---- 11: BatchNorm2d (training: the batch's statistics) -> tanh -> MaxPool2d(2, 2) -> GroupNorm.
-// 1. per-channel sums over (N, H, W): grid (C, splits of N)
-__global__ void channel_stats_kernel(const float* __restrict__ y, double* __restrict__ stats, int N, int C,
-                                     int64_t HW, int n_per) {
+// 1. per-channel sums over (N, H, W): grid (C, splits of N), each block's images as one flat run of
+// V-float vectors (V = 4 where HW is a multiple of 4). Measured on the H200 (11's 303 MB): a loop
+// per image of scalar loads ran at 1.3 TB/s (0.236 ms).
+template <int V>
+__global__ void __launch_bounds__(kThreads) channel_stats_kernel(const float* __restrict__ y, double* __restrict__ stats,
+                                                                 int N, int C, int64_t HW, int n_per) {
   __shared__ double red[32];
   const int c = blockIdx.x, n0 = blockIdx.y * n_per, n1 = min(N, n0 + n_per);
+  const int64_t hv = HW / V, total = (int64_t)(n1 - n0) * hv;
   float s = 0.f, ss = 0.f;
-  for (int n = n0; n < n1; ++n) {
-    const float* p = y + ((int64_t)n * C + c) * HW;
-    for (int64_t e = threadIdx.x; e < HW; e += blockDim.x) {
-      const float v = __ldg(p + e);
+  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const int64_t k = i / hv;
+    const float* p = y + ((n0 + k) * C + c) * HW + (i - k * hv) * V;
+    if constexpr (V == 4) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+      s += (v.x + v.y) + (v.z + v.w);
+      ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+    } else {
+      const float v = __ldg(p);
       s += v;
       ss += v * v;
     }
@@ -296,54 +305,68 @@ __global__ void channel_stats_kernel(const float* __restrict__ y, double* __rest
   }
 }
 
-// 2. the running statistics, as BatchNorm2d updates them in training (unbiased variance)
+// 2. the running statistics, as BatchNorm2d updates them in training (unbiased variance), and the
+// normalization as one affine map per channel: affine[2c] = rstd * w, affine[2c + 1] = b - mean * that
 __global__ void running_stats_kernel(const double* __restrict__ stats, float* __restrict__ rmean,
-                                     float* __restrict__ rvar, int C, double count, float momentum) {
+                                     float* __restrict__ rvar, float* __restrict__ affine, const float* __restrict__ w,
+                                     const float* __restrict__ b, int C, double count, float momentum, float eps) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const double mean = stats[2 * c] / count, var = fmax(stats[2 * c + 1] / count - mean * mean, 0.0);
   rmean[c] = (1.f - momentum) * rmean[c] + momentum * (float)mean;
   rvar[c] = (1.f - momentum) * rvar[c] + momentum * (float)(count > 1 ? var * count / (count - 1) : var);
+  const float2 mr = mean_rstd(stats + 2 * c, count, eps);
+  const float scale = mr.y * w[c];
+  affine[2 * c] = scale;
+  affine[2 * c + 1] = b[c] - mr.x * scale;
 }
 
-// 3. normalize, tanh, 2x2 max pool into p; sums of p per (n, group) into gstats. A block per (n, c).
-__global__ void bn_tanh_pool_kernel(const float* __restrict__ y, float* __restrict__ p,
-                                    const double* __restrict__ cstats, double* __restrict__ gstats,
-                                    const float* __restrict__ w, const float* __restrict__ b, int C, int H, int W,
-                                    int Hp, int Wp, int G, double count, float eps) {
+// 3. normalize, tanh, 2x2 max pool, GroupNorm: a block per (n, group), which owns the group's
+// statistics. tanh is increasing, so the pool's maximum is tanh of the window's largest
+// normalized value (its smallest y where the channel's scale is negative): one tanhf per output.
+// The pooled values go to p with their sums, then the block normalizes what it wrote (its own
+// writes, read back by the threads that made them). W2: W even (8-byte pairs).
+// Measured on the H200 (11: 303 MB read, 76 MB written): the previous kernels, a block per (n, c)
+// for the pool and another pass for the group norm, took 0.289 + 0.108 ms (1.3 TB/s).
+template <bool W2>
+__global__ void __launch_bounds__(kThreads) bn_tanh_pool_group_norm_kernel(
+    const float* __restrict__ y, float* __restrict__ p, const float* __restrict__ affine, const float* __restrict__ gw,
+    const float* __restrict__ gb, int C, int H, int W, int Hp, int Wp, int G, float eps) {
   __shared__ double red[32];
-  const int nc = blockIdx.x, c = nc % C, n = nc / C;
-  const float2 mr = mean_rstd(cstats + 2 * c, count, eps);
-  const float scale = mr.y * __ldg(w + c), shift = __ldg(b + c) - mr.x * scale;
-  const float* src = y + (int64_t)nc * H * W;
-  float* dst = p + (int64_t)nc * Hp * Wp;
+  const int ng = blockIdx.x, n = ng / G, g = ng - n * G, cg = C / G;
+  const int HWp = Hp * Wp, L = cg * HWp;
+  const int64_t c0 = (int64_t)n * C + (int64_t)g * cg;  // the group's first (n, c) plane
+  const float* src = y + c0 * H * W;
+  float* dst = p + c0 * HWp;
   float s = 0.f, ss = 0.f;
-  for (int i = threadIdx.x; i < Hp * Wp; i += blockDim.x) {
-    const int r = i / Wp * 2, q = i % Wp * 2;
-    const float* a = src + (int64_t)r * W + q;
-    const float m = fmaxf(fmaxf(tanhf(__ldg(a) * scale + shift), tanhf(__ldg(a + 1) * scale + shift)),
-                          fmaxf(tanhf(__ldg(a + W) * scale + shift), tanhf(__ldg(a + W + 1) * scale + shift)));
-    dst[i] = m;
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    const int ci = e / HWp, i = e - ci * HWp, r = i / Wp, q = i - r * Wp;
+    const float* a = src + ((int64_t)ci * H + 2 * r) * W + 2 * q;
+    float hi, lo;
+    if constexpr (W2) {
+      const float2 u = __ldg(reinterpret_cast<const float2*>(a)), v = __ldg(reinterpret_cast<const float2*>(a + W));
+      hi = fmaxf(fmaxf(u.x, u.y), fmaxf(v.x, v.y));
+      lo = fminf(fminf(u.x, u.y), fminf(v.x, v.y));
+    } else {
+      const float u0 = __ldg(a), u1 = __ldg(a + 1), v0 = __ldg(a + W), v1 = __ldg(a + W + 1);
+      hi = fmaxf(fmaxf(u0, u1), fmaxf(v0, v1));
+      lo = fminf(fminf(u0, u1), fminf(v0, v1));
+    }
+    const int c = g * cg + ci;
+    const float scale = __ldg(affine + 2 * c), shift = __ldg(affine + 2 * c + 1);
+    const float m = tanhf(fmaf(scale >= 0.f ? hi : lo, scale, shift));
+    dst[e] = m;
     s += m;
     ss += m * m;
   }
   const double ts = block_sum(s, red), tss = block_sum(ss, red);
-  if (threadIdx.x == 0) {
-    const int ng = n * G + c / (C / G);
-    atomicAdd(gstats + 2 * ng, ts);
-    atomicAdd(gstats + 2 * ng + 1, tss);
+  const double mean = ts / L, var = fmax(tss / L - mean * mean, 0.0);
+  const float fm = (float)mean, rstd = (float)(1.0 / sqrt(var + (double)eps));
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    const int c = g * cg + e / HWp;
+    const float sc = rstd * __ldg(gw + c);
+    dst[e] = (dst[e] - fm) * sc + __ldg(gb + c);
   }
-}
-
-// 4. GroupNorm on p, in place: a block per (n, c)
-__global__ void group_norm_kernel(float* __restrict__ p, const double* __restrict__ gstats,
-                                  const float* __restrict__ w, const float* __restrict__ b, int C, int G,
-                                  int64_t HWp, float eps) {
-  const int nc = blockIdx.x, c = nc % C, n = nc / C, cg = C / G;
-  const float2 mr = mean_rstd(gstats + 2 * (n * G + c / cg), (double)cg * HWp, eps);
-  const float scale = mr.y * __ldg(w + c), shift = __ldg(b + c) - mr.x * scale;
-  float* q = p + (int64_t)nc * HWp;
-  for (int64_t i = threadIdx.x; i < HWp; i += blockDim.x) q[i] = q[i] * scale + shift;
 }
 
 void check_param(const torch::Tensor& t, int64_t n, const char* name) {
@@ -471,29 +494,34 @@ torch::Tensor batch_norm_tanh_pool_group_norm(torch::Tensor y, torch::Tensor bn_
     check_param(*t, C, "a normalization's parameter");
   const at::cuda::CUDAGuard guard(y.device());
   const int64_t Hp = (H - 2) / 2 + 1, Wp = (W - 2) / 2 + 1;
+  TORCH_CHECK((C / groups) * Hp * Wp < (int64_t(1) << 31), "tails: a group of 2^31 pooled values or more");
   auto p = torch::empty({N, C, Hp, Wp}, y.options());
-  auto stats = torch::zeros({C + N * groups, 2}, y.options().dtype(at::kDouble));
+  auto stats = torch::zeros({C, 2}, y.options().dtype(at::kDouble));
+  auto affine = torch::empty({C, 2}, y.options());
   double* cstats = stats.data_ptr<double>();
-  double* gstats = cstats + 2 * C;
   if (N * C == 0) return p;
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(N, (8 * sms + C - 1) / C));
   const int n_per = (int)((N + splits - 1) / splits);
-  channel_stats_kernel<<<dim3((unsigned)C, (unsigned)((N + n_per - 1) / n_per)), kThreads, 0, stream>>>(
-      y.data_ptr<float>(), cstats, N, C, HW, n_per);
+  const dim3 sgrid((unsigned)C, (unsigned)((N + n_per - 1) / n_per));
+  if (HW % 4 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0)
+    channel_stats_kernel<4><<<sgrid, kThreads, 0, stream>>>(y.data_ptr<float>(), cstats, N, C, HW, n_per);
+  else
+    channel_stats_kernel<1><<<sgrid, kThreads, 0, stream>>>(y.data_ptr<float>(), cstats, N, C, HW, n_per);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const double count = (double)N * HW;
   running_stats_kernel<<<(unsigned)((C + 127) / 128), 128, 0, stream>>>(
-      cstats, running_mean.data_ptr<float>(), running_var.data_ptr<float>(), C, count, (float)momentum);
+      cstats, running_mean.data_ptr<float>(), running_var.data_ptr<float>(), affine.data_ptr<float>(),
+      bn_weight.data_ptr<float>(), bn_bias.data_ptr<float>(), C, count, (float)momentum, (float)bn_eps);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  bn_tanh_pool_kernel<<<(unsigned)(N * C), kThreads, 0, stream>>>(
-      y.data_ptr<float>(), p.data_ptr<float>(), cstats, gstats, bn_weight.data_ptr<float>(), bn_bias.data_ptr<float>(),
-      C, H, W, Hp, Wp, groups, count, (float)bn_eps);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  group_norm_kernel<<<(unsigned)(N * C), 128, 0, stream>>>(p.data_ptr<float>(), gstats, gn_weight.data_ptr<float>(),
-                                                           gn_bias.data_ptr<float>(), C, groups, Hp * Wp,
-                                                           (float)gn_eps);
+  auto launch = [&](auto w2) {
+    bn_tanh_pool_group_norm_kernel<decltype(w2)::value><<<(unsigned)(N * groups), kThreads, 0, stream>>>(
+        y.data_ptr<float>(), p.data_ptr<float>(), affine.data_ptr<float>(), gn_weight.data_ptr<float>(),
+        gn_bias.data_ptr<float>(), (int)C, (int)H, (int)W, (int)Hp, (int)Wp, (int)groups, (float)gn_eps);
+  };
+  if (W % 2 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 8 == 0) launch(std::true_type{});
+  else launch(std::false_type{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return p;
 }

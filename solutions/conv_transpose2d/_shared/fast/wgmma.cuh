@@ -19,7 +19,8 @@ namespace {
 //    stage; two consumers issue the MMAs, each for 64 output channels (the wgmma M; A = weights)
 //    x 256 pixels (the wgmma N; B = input).
 //    The pixels are a "flattened" tile: output rows oh0 + r, columns ow0 + c for flat index
-//    p = r * rowlen + c, rowlen = TW + (KW - 1) * dil_w, with c >= TW computed but never stored.
+//    p = r * rowlen + c, rowlen = TW + (KW - 1) * dil_w (or more: plan_wg pads an odd one), with c >= TW
+//    computed but never stored.
 //    The input tile is staged with the same flat indexing (q = r * rowlen + c over the tile's
 //    input rows and columns), so tap (kh, kw) reads the staged input at q = p + toff(kh, kw),
 //    toff = (KH-1-kh) * dil_h * rowlen + (KW-1-kw) * dil_w: each tap is one m64n256k8 wgmma whose
@@ -835,16 +836,26 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
   const size_t slack = spec ? 4096 : 2048;
   const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
-  // tile: TW columns (even where the halo is, so pixel pairs stay 8-byte aligned) and TR rows with
+  // tile: TW columns (even, or the whole row, so pixel pairs stay 8-byte aligned) and TR rows with
   // (TR - 1) * rowlen + TW <= pxb: the most stored pixels per computed one, then the fewest staged
   // ct2d_wgs where Wout and the halo are multiples of 4: a width that is one too, if it scores
   // within 0.02 of the best, for its 16-byte epilogue stores (wg_epilogue_smem)
-  const bool vec4 = spec && Wout % 4 == 0 && halo_w % 4 == 0;
+  // An odd halo (an even kernel width at dilation 1, e.g. SubpixelConv's 2x2 sub-kernels) would
+  // make every even tile width's row odd, and the epilogue the direct one with single-float
+  // stores; there the flat row is padded to a multiple of 4 (tw and Wout multiples of 4) or 2:
+  // columns computed and never stored. Odd widths only as the whole row, for either halo.
+  auto row_len = [&](int64_t tw) {
+    const int64_t rl = tw + halo_w;
+    if (halo_w % 2 == 0 || tw % 2) return rl;
+    const int64_t m = tw % 4 == 0 && Wout % 4 == 0 ? 4 : 2;
+    return (rl + m - 1) / m * m;
+  };
+  const bool vec4 = spec && Wout % 4 == 0 && (halo_w % 4 == 0 || halo_w % 2 == 1);
   int64_t TW = 0, TR = 0, TW4 = 0, TR4 = 0;
   double best = -1e9, best4 = -1e9;
   for (int64_t tw = 1; tw <= std::min<int64_t>(Wout, pxb); ++tw) {
-    if (halo_w % 2 == 0 && tw % 2 && tw != Wout) continue;
-    const int64_t rowlen = tw + halo_w, S = pxb + halo_h * rowlen + halo_w;
+    if (tw % 2 && tw != Wout) continue;
+    const int64_t rowlen = row_len(tw), S = pxb + halo_h * rowlen + halo_w;
     // fp16 parts: two stages of the tile must fit (ct2d_wgh's weights take half of the memory or more)
     if (f16 && (size_t)(tab_bytes(S) + 2 * stage_bytes(S)) + raw_bytes(S, rowlen) + slack > (size_t)kWgSmemMax) continue;
     const int64_t tr = std::min<int64_t>((pxb - tw) / rowlen + 1, Hout);
@@ -859,7 +870,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   if (TW == 0) return 0;  // fp16 parts: no tile fits
   s.Cin = Cin; s.Hin = Hin; s.Win = Win; s.Cout = Cout; s.Hout = Hout; s.Wout = Wout; s.KH = KH; s.KW = KW;
   s.pad_h = pad_h; s.pad_w = pad_w; s.dil_h = dil_h; s.dil_w = dil_w;
-  s.TW = TW; s.TR = TR; s.rowlen = TW + halo_w;
+  s.TW = TW; s.TR = TR; s.rowlen = row_len(TW);
   const int64_t S = pxb + halo_h * s.rowlen + halo_w;  // the last tap window of the last pixel ends at S - 1
   if (S >= 16384) return 0;                            // descriptor offsets are 14 bits of 16 bytes
   s.S = S;
@@ -876,25 +887,32 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   s.stage_bytes = stage_bytes(S);
   s.tab_bytes = tab_bytes(S);
   if ((Hout + 2 * TR) * (Wout + s.rowlen) >= (int64_t(1) << 31)) return 0;  // 32-bit offsets in a channel plane
-  if (s.stage_bytes >= (spec ? 8 : 4) * WGE_WARP_BYTES) {  // the consumer warps' epilogue buffers fit in a stage
-    // 4-float stores: TW, rowlen and Wout multiples of 4 and y 16-byte aligned; 2-float: even, 8
-    if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0 && y_addr % 16 == 0) s.epi_vec = 4;
-    else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0 && y_addr % 8 == 0) s.epi_vec = 2;
-  }
+  // the epilogue through shared memory where the tile allows vectors: 4-float stores (TW, rowlen
+  // and Wout multiples of 4 and y 16-byte aligned), 2-float (even, 8); its buffers in the item's
+  // last stage where the consumer warps' fit there
+  int vec = 0;
+  if (TW % 4 == 0 && s.rowlen % 4 == 0 && Wout % 4 == 0 && y_addr % 16 == 0) vec = 4;
+  else if (TW % 2 == 0 && s.rowlen % 2 == 0 && Wout % 2 == 0 && y_addr % 8 == 0) vec = 2;
+  if (s.stage_bytes >= (spec ? 8 : 4) * WGE_WARP_BYTES) s.epi_vec = vec;
   auto need = [&](int st) { return (size_t)s.tab_bytes + (size_t)st * s.stage_bytes + slack; };
   // ct2d_wgf: staggered consumers (ct2d_wgs) where at least 3 stages fit beside the consumer warps'
   // own epilogue buffers, half an item's chunks apart (fewer than the stages: the leading
   // consumer needs a stage the trailing one has released)
-  // (the raw ring, where there is one, after the stages and those buffers)
-  const size_t epi_own = s.epi_vec ? 8 * WGE_WARP_BYTES : 0, raw = raw_bytes(S, s.rowlen);
-  if (spec && f16 == 1 && chunks >= 2)
+  // (the raw ring, where there is one, after the stages and those buffers). With their own
+  // buffers the vector epilogue runs also where a stage is too small to hold them (few taps:
+  // SubpixelConv's 2x2 sub-kernels).
+  const size_t raw = raw_bytes(S, s.rowlen);
+  if (spec && f16 == 1 && chunks >= 2) {
+    const size_t epi_own = vec ? 8 * WGE_WARP_BYTES : 0;
     for (int st = WGS_MAX_STAGES; st >= 3; --st)
       if (need(st) + epi_own + raw <= kWgSmemMax) {
+        s.epi_vec = vec;
         s.stages = st;
         s.stagger = (int)std::min<int64_t>(chunks / 2, st - 1);
         s.raw = st * s.stage_bytes + epi_own;
         return need(st) + epi_own + raw;
       }
+  }
   if (spec) {  // one block per SM: the deepest pipeline that fits, up to WGS_MAX_STAGES
     for (int st = WGS_MAX_STAGES; st >= 2; --st)
       if (need(st) + raw <= kWgSmemMax) { s.stages = st; s.raw = st * s.stage_bytes; return need(st) + raw; }
