@@ -838,8 +838,9 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   const int64_t halo_w = (KW - 1) * dil_w, halo_h = (KH - 1) * dil_h;
   // tile: TW columns (even, or the whole row, so pixel pairs stay 8-byte aligned) and TR rows with
   // (TR - 1) * rowlen + TW <= pxb: the most stored pixels per computed one, then the fewest staged
-  // ct2d_wgs where Wout and the halo are multiples of 4: a width that is one too, if it scores
-  // within 0.02 of the best, for its 16-byte epilogue stores (wg_epilogue_smem)
+  // ct2d_wgs where Wout is a multiple of 4 and the halo is too, or odd (its row padded, below): a
+  // width that is one too, if it scores within 0.02 of the best, for its 16-byte epilogue stores
+  // (wg_epilogue_smem)
   // An odd halo (an even kernel width at dilation 1, e.g. SubpixelConv's 2x2 sub-kernels) would
   // make every even tile width's row odd, and the epilogue the direct one with single-float
   // stores; there the flat row is padded to a multiple of 4 (tw and Wout multiples of 4) or 2:
