@@ -68,7 +68,8 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned
     """One fast-solution call on `shape` (x scaled by `scale`; misaligned: x's data one element past
     a 16-byte boundary) against float64 at the class's tolerance, with `kernel` (a substring of the
     planned kernel's name, or a tuple of substrings of it) expected to run or not (model.plan(x):
-    the rule the call follows; test_plan_names_the_kernel_that_runs holds it to the profiler)."""
+    the rule the call follows; test_plan_names_the_kernel_that_runs holds it to the profiler).
+    Returns that plan."""
     import sys
 
     import torch
@@ -103,6 +104,7 @@ def _fast_kernel_case(shape, scale, cls, kernel, config=0, sm90=True, misaligned
     result = compare(out / scale, truth / scale, torch.float32,
                      tolerances.fp32 if cls.endswith("FP32") else tolerances.tf32)
     assert result.ok, result.message
+    return plan
 
 
 # plan(x) against what runs: one shape per row of fast/dispatch.cu's rule (and tuning hooks), in
@@ -182,15 +184,7 @@ def test_fast_wgmma_odd_halo_gets_the_shared_memory_epilogue(k, w, vec):
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma kernels are built for sm_90a only")
-    _fast_kernel_case((2, 64, 128, k, 12, w, 0, 1, True, True), 1.0, "FastConvTranspose2d", "ct2d_wgs")
-    import sys
-
-    from harness import REPO_ROOT
-    sys.path.insert(0, str(REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"))
-    import ct2d_fast
-
-    model = ct2d_fast.FastConvTranspose2d(64, 128, k).cuda()
-    plan = model.plan(torch.randn(2, 64, 12, w, device="cuda"))
+    plan = _fast_kernel_case((2, 64, 128, k, 12, w, 0, 1, True, True), 1.0, "FastConvTranspose2d", "ct2d_wgs")
     assert f"via shared memory, {vec} stores" in plan.config, plan
 
 

@@ -265,30 +265,28 @@ class SubpixelConv(FastConv):
                 * output_size(x.shape[3], kw, sw, pw, opw) < 2 ** 31
                 and all(q.ch < 256 and q.cw < 256 for q in phases(c.kernel_size, c.stride, c.padding)))
 
-    def _sub_conv(self):
+    def _sub_conv(self, x: torch.Tensor):
         """The phases and the FastConv of the stride-1 convolution (no padding, no bias) on
         subpixel_weight, its weight refreshed in place when the module's changes (copy_ moves its
-        version, so the library repacks), made anew on another device or shape."""
+        version, so the library repacks), made anew on another device or shape; its output
+        padding set for x: z's width (x's plus the sub-kernel's, less one) up to a multiple of
+        z_align."""
         c = self.conv_transpose2d
         w = c.weight.detach()
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
-        if self._sub_key == key:
-            return self._plist, self._sub
-        plist = phases(c.kernel_size, c.stride, c.padding)
-        wsub = subpixel_weight(w, plist, c.stride)
-        if self._sub_key is None or self._sub_key[2:] != key[2:]:
-            self._sub = FastConv(SimpleNamespace(
-                weight=wsub, bias=None, kernel_size=subpixel_taps(plist), stride=(1, 1), padding=(0, 0),
-                output_padding=(0, 0), dilation=(1, 1), groups=1, out_channels=wsub.shape[1]))
-        else:
-            self._sub.conv_transpose2d.weight.copy_(wsub)
-        self._plist, self._sub_key = plist, key
-        return plist, self._sub
-
-    def _z_pad(self, x: torch.Tensor, plist) -> int:
-        """The output padding that makes z's width (x's plus the sub-kernel's, less one) a
-        multiple of z_align."""
-        return -(x.shape[3] + subpixel_taps(plist)[1] - 1) % self.z_align
+        if self._sub_key != key:
+            plist = phases(c.kernel_size, c.stride, c.padding)
+            wsub = subpixel_weight(w, plist, c.stride)
+            if self._sub_key is None or self._sub_key[2:] != key[2:]:
+                self._sub = FastConv(SimpleNamespace(
+                    weight=wsub, bias=None, kernel_size=subpixel_taps(plist), stride=(1, 1), padding=(0, 0),
+                    output_padding=(0, 0), dilation=(1, 1), groups=1, out_channels=wsub.shape[1]))
+            else:
+                self._sub.conv_transpose2d.weight.copy_(wsub)
+            self._plist, self._sub_key = plist, key
+        sc = self._sub.conv_transpose2d
+        sc.output_padding = (0, -(x.shape[3] + sc.kernel_size[1] - 1) % self.z_align)
+        return self._plist, self._sub
 
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
         if not self.applies(x):
@@ -297,8 +295,7 @@ class SubpixelConv(FastConv):
         from ct2d_split import extension
         self._extra = extra_bias
         c = self.conv_transpose2d
-        plist, sub = self._sub_conv()
-        sub.conv_transpose2d.output_padding = (0, self._z_pad(x, plist))
+        plist, sub = self._sub_conv(x)
         z = sub(x)
         (kh, kw), (sh, sw), (ph, pw), (oph, opw) = c.kernel_size, c.stride, c.padding, c.output_padding
         a, b = self.epilogue_args
@@ -311,8 +308,7 @@ class SubpixelConv(FastConv):
     def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> Plan:
         if not self.applies(x):
             return super().plan(x, extra_bias)
-        plist, sub = self._sub_conv()
-        sub.conv_transpose2d.output_padding = (0, self._z_pad(x, plist))
+        plist, sub = self._sub_conv(x)
         q = sub.plan(x)
         th, tw = subpixel_taps(plist)
         more = ", then the minimum over each block of 64 output channels" if channel_min else ""
