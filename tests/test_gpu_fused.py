@@ -199,6 +199,61 @@ def test_split_and_strided_conv_match_pytorch(way, case, epilogue, a, b):
     assert result.ok, result.message
 
 
+# SubpixelConv with z in fp16 (z_fp16: the wgmma kernel's __half epilogue, the pass reading it), for the
+# saturating epilogues only: the strided cases (7 output channels: z of 28 channels, below the wgmma
+# rows, so the library's fp32 result rounded once), the wide rows. Against float64 in the TF32 class
+# (x as the problems draw it), and against the same call with z in fp32 (the same fp16 products):
+# every output within z's one rounding to fp16 (half a unit, 2^-11 of the kernel's |z|; both
+# epilogues' slopes are at most 1), also with x scaled by 2^12 and 2^20, where many of z's values pass fp16's range
+# (+-inf in z, which the epilogue saturates as fp32 would; x's largest magnitude past 2^15 also
+# takes the library's rescaled launch). Scaled, the fp16 products' own error (both ways') is past
+# the TF32 class's bound where large terms cancel; that comparison is for x as drawn.
+@pytest.mark.parametrize("case", STRIDED_CASES + SUBPIXEL_WIDE_CASES, ids=_case_id)
+@pytest.mark.parametrize("epilogue, a", [("tanh", 0.0), ("clamp_scale", 2.0)])
+@pytest.mark.parametrize("scale", [1.0, 2.0 ** 12, 2.0 ** 20], ids=["x1", "x2e12", "x2e20"])
+def test_subpixel_conv_with_z_in_fp16_matches_pytorch(case, epilogue, a, scale):
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    import ct2d_fused
+    from harness.verdict.numerics import compare
+
+    cin, cout, k, s, p, op, (h, w) = case
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda()
+    extra = torch.randn(cout, 1, 1, device="cuda")
+    x = torch.rand(2, cin, h, w, device="cuda") * scale
+    sub = ct2d_fused.SubpixelConv(conv, epilogue, (a, 0.0), sign=-1.0, z_fp16=True)
+    sub32 = ct2d_fused.SubpixelConv(conv, epilogue, (a, 0.0), sign=-1.0)
+    with torch.no_grad():
+        plan = sub.plan(x, extra_bias=extra)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = sub(x, extra_bias=extra)
+            torch.cuda.synchronize()
+        out32 = sub32(x, extra_bias=extra)
+        z = F.conv_transpose2d(x.double(), conv.weight.double(), None, s, p, op)  # z's values, in place
+        truth = _reference(epilogue, a, 0.0)(z + (conv.bias.double() - extra.double().reshape(-1)).reshape(1, -1, 1, 1))
+    # the wgmma kernel writes z in fp16 where it takes z (over 32 channels); else the library's fp32 rounded once
+    wgf = s[0] * s[1] * cout > 32
+    assert ("z in fp16 (fp32 in, fp16 out)" if wgf else "z in fp16 (fp16 via fp32)") in plan.config, plan
+    assert not wgf or plan.kernel == "ct2d_wgs<WgfFp16Ops, __half>", plan
+    assert plan.kernel in _kernels_ran(prof), (plan, sorted(_kernels_ran(prof)))
+    if scale > 2.0 ** 15:
+        assert (z.abs() > 65504 * 1.01).float().mean() > 0.01, "few of z's values past fp16's range: the case tests little"
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    # |z| as the kernel has it: within the fp16 products' error (a few 2^-11 of the sum of |terms|) of z's
+    terms = F.conv_transpose2d(x.double().abs(), conv.weight.double().abs(), None, s, p, op)
+    bound = 2.0 ** -11 * (z.abs() + 2.0 ** -8 * terms) + 1e-5
+    excess = ((out.double() - out32.double()).abs() - bound).max().item()
+    assert excess <= 0, f"fp16 z off fp32 z's result by {excess:.3g} more than its rounding allows"
+    if scale == 1.0:
+        tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
+        result = compare(out, truth, torch.float32, tf32)
+        assert result.ok, result.message
+
+
 @pytest.mark.parametrize("cls, staging, persistent", [("SplitConv", None, False), ("StridedConv", 4, False),
                                                      ("StridedConv", 16, False), ("StridedConv", 16, True),
                                                      ("SubpixelConv", None, False)])

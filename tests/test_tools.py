@@ -1,6 +1,7 @@
 """The A/B tool's variant parsing (tools/ab_variants.py; the timing itself needs a GPU)."""
 import pytest
 
+from harness import REPO_ROOT
 from tools.ab_variants import variant_source
 
 BASE = {"dispatch.cu": "int a = 1;\n", "mma.cuh": "int b = 2;\n"}
@@ -112,3 +113,28 @@ def test_gpu_smoke_counts_its_tests_and_a_part_that_ran_none_fails():
     assert failed and "no GPU test ran" in line           # a selection that ran nothing is no pass
     assert pytest_part("\n3 skipped in 1.0s\n", 0, "")[1]   # nor one whose tests all skipped
     assert pytest_part("", -9, "")[1]                      # killed: no line at all
+
+
+def test_variant_arity_reads_the_variants_own_argument_list():
+    from tools.ab_variants import variant_arity
+    args = "#define CT2D_ARGS                \\\n  torch::Tensor x, torch::Tensor wp,  \\\n      int64_t epilogue, double epi_a\n#define X\n"
+    assert variant_arity({"dispatch.cu": args, "mma.cuh": "int b;\n"}, 28) == 4
+    single = "torch::Tensor conv_transpose2d_fast(torch::Tensor x, torch::Tensor wp, int64_t config) {\n  return x;\n}\n"
+    assert variant_arity({"fast.cu": single}, 28) == 3
+    assert variant_arity({"dispatch.cu": "int a;\n"}, 28) == 28
+    current = (REPO_ROOT / "solutions/conv_transpose2d/_shared/fast/dispatch.cu").read_text()
+    src = (REPO_ROOT / "solutions/conv_transpose2d/_shared/ct2d_fast.py").read_text()
+    declared = src[src.index('_ARGS = """') + 11:src.index('"""', src.index('_ARGS = """') + 11)]
+    assert variant_arity({"dispatch.cu": current}, 0) == declared.count(",") + 1
+
+
+def test_a_truncated_variant_takes_the_first_arguments_and_refuses_a_later_one_set():
+    from tools.ab_variants import Truncated
+
+    class Ext:
+        def conv_transpose2d_fast(self, *args):
+            return args
+    t = Truncated(Ext(), 3)
+    assert t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 0) == ("x", "w", 5)
+    with pytest.raises(RuntimeError, match="takes 3 arguments"):
+        t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 1)

@@ -15,6 +15,7 @@ solution's own forward (weights packed once) with the variant's extension swappe
 names another solution of the problem built on ct2d_fast (e.g. fast_fp32).
 """
 import os
+import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +54,35 @@ def variant_source(spec: str, base: dict[str, str]) -> tuple[str, dict[str, str]
     return name, {SINGLE: Path(rest).read_text()}
 
 
+def variant_arity(files: dict[str, str], full: int) -> int:
+    """How many of the entry point's arguments (ct2d_fast._ARGS, `full` of them) the variant's
+    source takes: a revision's CT2D_ARGS may end earlier (before the epilogue's three, before
+    out_fp16), or its one file may declare the function itself."""
+    for text in files.values():
+        m = re.search(r"#define CT2D_ARGS((?:.*\\\n)*.*)", text) or re.search(
+            r"torch::Tensor conv_transpose2d_fast\(([^)]*)\)\s*\{", text)
+        if m:
+            return m.group(1).count(",") + 1
+    return full
+
+
+class Truncated:
+    """A variant whose entry point takes the first `n` arguments only: called with the whole list,
+    the rest must be their defaults (0: no epilogue, fp32 output), else the call is refused."""
+
+    def __init__(self, ext, n: int):
+        self.ext, self.n = ext, n
+
+    def conv_transpose2d_fast(self, *args):
+        if any(args[self.n:]):
+            raise RuntimeError(f"this variant takes {self.n} arguments; the call sets a later one")
+        return self.ext.conv_transpose2d_fast(*args[:self.n])
+
+
 def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str]):
     """load_inline of a variant: its files written to a folder and built as ct2d_fast builds fast/
-    (cuda_source, the folder on the include path), or the one file alone."""
+    (cuda_source, the folder on the include path), or the one file alone; declared with as many of
+    the entry point's arguments as its source takes (variant_arity)."""
     from torch.utils.cpp_extension import load_inline
     include = []
     if SINGLE in files:
@@ -65,8 +92,12 @@ def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str])
         for fname, text in files.items():
             (folder / fname).write_text(text)
         source, include = ct2d_fast.cuda_source(folder), [str(folder)]
-    return load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.FAST_DECL, cuda_sources=source,
-                       functions=["conv_transpose2d_fast"], extra_include_paths=include, extra_cuda_cflags=flags)
+    args = [a.strip() for a in ct2d_fast._ARGS.split(",")]
+    n = variant_arity(files, len(args))
+    decl = f"torch::Tensor conv_transpose2d_fast({', '.join(args[:n])});\n"
+    ext = load_inline(name=f"ct2d_ab_{name}", cpp_sources=decl, cuda_sources=source,
+                      functions=["conv_transpose2d_fast"], extra_include_paths=include, extra_cuda_cflags=flags)
+    return ext if n == len(args) else Truncated(ext, n)
 
 
 def main(argv):

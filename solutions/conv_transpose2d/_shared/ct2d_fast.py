@@ -20,7 +20,7 @@ _ARGS = """torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm
     torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout, int64_t KH,
     int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config, int64_t epilogue, double epi_a,
-    double epi_b"""
+    double epi_b, int64_t out_fp16"""
 FAST_DECL = f"torch::Tensor conv_transpose2d_fast({_ARGS});\n"
 CPP_DECL = FAST_DECL + f"std::vector<std::string> conv_transpose2d_plan({_ARGS});\n"
 
@@ -80,6 +80,7 @@ class FastConvTranspose2d(ConvTranspose2dParams):
     config = 0  # kernel: 0 = chosen by the rule (1..9 force a variant, for tuning runs; fast/dispatch.cu)
     epilogue = "none"          # an EPILOGUES name: applied to every output element after the bias
     epilogue_args = (0.0, 0.0)  # its scalars a, b (fast/epilogue.cuh)
+    out_fp16 = False   # the output in fp16 (fp32 x, no epilogue): ct2d_wgf writes it, else fp32's rounded once
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -104,7 +105,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         p = self._packed_weights()
         return (x, p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, self._bias(), c.out_channels,
                 kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config,
-                EPILOGUES.index(self.epilogue), float(self.epilogue_args[0]), float(self.epilogue_args[1]))
+                EPILOGUES.index(self.epilogue), float(self.epilogue_args[0]), float(self.epilogue_args[1]),
+                int(self.out_fp16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _ext.conv_transpose2d_fast(*self._args(x))

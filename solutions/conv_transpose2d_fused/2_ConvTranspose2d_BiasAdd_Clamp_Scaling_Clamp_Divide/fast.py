@@ -1,10 +1,11 @@
 """2: ConvTranspose2d, + bias, clamp(0, 1), x s, clamp(0, 1), / s: the stride-2 convolution as ONE
 stride-1 convolution whose 256 output channels are the four output phases' 64 side by side (2x2
 sub-kernels, the 3x3 kernel's smaller phases zero-padded), on the library's wgmma kernel with one
-fp16 product, then one pass that puts each phase's values in place with the bias (the extra one
-folded in) and the clamps and scalings (ct2d_fused.SubpixelConv, ../_shared/split.cu;
-fast/epilogue.cuh, clamp_scale). On the H200 3.26 ms of kernels against 5.10 for the phase-GEMM
-kernel with the tail in its store (ct2d_fused.StridedConv; docs/perf-notes.md). TF32 class."""
+fp16 product, written in fp16 (z_fp16: the clamps saturate, so a value past fp16's range, +-inf
+there, gives what fp32's would), then one pass that puts each phase's values in place with the
+bias (the extra one folded in) and the clamps and scalings (ct2d_fused.SubpixelConv,
+../_shared/split.cu; fast/epilogue.cuh, clamp_scale). TF32 class; measured in docs/perf-notes.md
+("z in fp16")."""
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class ModelNew(nn.Module):
                                                  padding=padding, output_padding=output_padding)
         self.bias = nn.Parameter(torch.randn(bias_shape))
         self.scaling_factor = scaling_factor
-        self.fast = SubpixelConv(self.conv_transpose, "clamp_scale", (scaling_factor, 0.0))
+        self.fast = SubpixelConv(self.conv_transpose, "clamp_scale", (scaling_factor, 0.0), z_fp16=True)
 
     def forward(self, x):
         return self.fast(x, extra_bias=self.bias)

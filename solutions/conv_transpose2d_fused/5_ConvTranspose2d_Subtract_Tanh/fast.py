@@ -1,9 +1,10 @@
 """5: ConvTranspose2d, - bias, tanh: the stride-2 convolution as ONE stride-1 convolution whose 256
 output channels are the four output phases' 64 side by side (2x2 sub-kernels of the 4x4 kernel),
-on the library's wgmma kernel with one fp16 product, then one pass that puts each phase's values in
-place with the bias (the extra one subtracted in it) and tanh (ct2d_fused.SubpixelConv,
-../_shared/split.cu; fast/epilogue.cuh). On the H200 3.72 ms of kernels against 5.69 for the
-phase-GEMM kernel with tanh in its store (ct2d_fused.StridedConv; docs/perf-notes.md). TF32 class."""
+on the library's wgmma kernel with one fp16 product, written in fp16 (z_fp16: tanh saturates, so
+a value past fp16's range, +-inf there, gives what fp32's would), then one pass that puts each
+phase's values in place with the bias (the extra one subtracted in it) and tanh, 16-byte stores
+(ct2d_fused.SubpixelConv, ../_shared/split.cu; fast/epilogue.cuh). TF32 class; measured in
+docs/perf-notes.md ("z in fp16")."""
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ class ModelNew(nn.Module):
         self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
                                                  padding=padding, output_padding=output_padding)
         self.bias = nn.Parameter(torch.randn(bias_shape))
-        self.fast = SubpixelConv(self.conv_transpose, "tanh", sign=-1.0)
+        self.fast = SubpixelConv(self.conv_transpose, "tanh", sign=-1.0, z_fp16=True)
 
     def forward(self, x):
         return self.fast(x, extra_bias=self.bias)

@@ -42,6 +42,7 @@ class FastConv:
 
     split = FastConvTranspose2d.split
     config = FastConvTranspose2d.config
+    out_fp16 = FastConvTranspose2d.out_fp16
     _packed_weights = FastConvTranspose2d._packed_weights
     _args = FastConvTranspose2d._args
 
@@ -248,12 +249,24 @@ class SubpixelConv(FastConv):
     only zeros: exact zeros, which the pass would assume there anyway), so that the wgmma
     kernel's epilogue stores 16-byte vectors (fast/wgmma.cuh, plan_wg). Measured on the H200
     (the convolution of 93's z): 2.28 ms as it was (65 columns: one float at a time), 1.17 ms at
-    66 (8-byte stores), 0.49 ms at 68 (16-byte)."""
+    66 (8-byte stores), 0.49 ms at 68 (16-byte).
+
+    z_fp16: z written in fp16 by the wgmma kernel's epilogue (the library's out_fp16) and read so by
+    the pass: half of z's bytes, twice over. fp16 keeps TF32's 11-bit significand (each value
+    rounded once to nearest, as the class allows) but not fp32's range: past 65504 a value becomes
+    +-inf, which only an epilogue that saturates there maps to what the fp32 value would give
+    (SATURATING: tanh, clamp_scale); any other is refused. Its width is rounded up to a multiple
+    of 8 at least (the pass reads z's rows as 16-byte pieces)."""
 
     z_align = 4
+    SATURATING = ("tanh", "clamp_scale")
 
-    def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
+    def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0,
+                 z_fp16: bool = False):
         super().__init__(conv, epilogue, epilogue_args, sign)
+        if z_fp16 and epilogue not in self.SATURATING:
+            raise ValueError(f"z_fp16 needs a saturating epilogue ({', '.join(self.SATURATING)}), not {epilogue!r}")
+        self.z_fp16 = bool(z_fp16)
         self._plist = self._sub = self._sub_key = None
 
     def applies(self, x: torch.Tensor) -> bool:
@@ -270,7 +283,7 @@ class SubpixelConv(FastConv):
         subpixel_weight, its weight refreshed in place when the module's changes (copy_ moves its
         version, so the library repacks), made anew on another device or shape; its output
         padding set for x: z's width (x's plus the sub-kernel's, less one) up to a multiple of
-        z_align."""
+        z_align (8 at least for an fp16 z); z's type (z_fp16)."""
         c = self.conv_transpose2d
         w = c.weight.detach()
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
@@ -285,7 +298,9 @@ class SubpixelConv(FastConv):
                 self._sub.conv_transpose2d.weight.copy_(wsub)
             self._plist, self._sub_key = plist, key
         sc = self._sub.conv_transpose2d
-        sc.output_padding = (0, -(x.shape[3] + sc.kernel_size[1] - 1) % self.z_align)
+        align = max(self.z_align, 8) if self.z_fp16 else self.z_align  # fp16: the pass stages 16-byte pieces
+        sc.output_padding = (0, -(x.shape[3] + sc.kernel_size[1] - 1) % align)
+        self._sub.out_fp16 = self.z_fp16
         return self._plist, self._sub
 
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
@@ -312,7 +327,8 @@ class SubpixelConv(FastConv):
         q = sub.plan(x)
         th, tw = subpixel_taps(plist)
         more = ", then the minimum over each block of 64 output channels" if channel_min else ""
+        z = f"z in fp16 ({q.io})" if self.z_fp16 else "z in fp32"
         return Plan(q.kernel, q.file,
                     f"one stride-1 convolution of {len(plist)} phases x {self.conv_transpose2d.out_channels} "
-                    f"channels (sub-kernel {th}x{tw}): {q.config}; then subpixel_interleave (split.cu) with the "
-                    f"bias and epilogue {self.epilogue}{more}", q.io)
+                    f"channels (sub-kernel {th}x{tw}): {q.config}; {z}; then subpixel_interleave (split.cu) with the "
+                    f"bias and epilogue {self.epilogue}{more}", "fp32")

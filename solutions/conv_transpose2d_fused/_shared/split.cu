@@ -44,9 +44,14 @@ __global__ void phase_interleave_kernel(float* __restrict__ out, const Phases ph
 // p = (oh % sh) * sw + ow % sw, the z term 0 outside z. A warp writes one output row (n, c, oh) at a
 // time: the row's divisions, bias and phase rows are worked out once per row, then each lane writes
 // KV consecutive outputs per step (one 16-byte streaming store where KV is 4), kU steps' loads
-// issued before their stores (a row of up to 512 or 256 outputs in one pass). For SW 2 a warp's loads are runs of consecutive floats of the row's
-// two column phases; z is read once (streaming loads). EPI: the epilogue's kind, fixed at compile
-// time so its switch folds away. SW: the column stride if 2, else 0 (any: a division per output).
+// issued before their stores (a row of up to 512 or 256 outputs in one pass). KV 4 takes any
+// width: the row's outputs before its first 16-byte boundary (its head, up to 3) and after its last
+// whole vector (its tail, up to 3) one float each, by as many lanes, the rest as vectors. For SW 2
+// a warp's loads are runs of consecutive elements of the row's two column phases; z is read once
+// (streaming loads). EPI: the epilogue's kind, fixed at compile time so its switch folds away. SW:
+// the column stride if 2, else 0 (any: a division per output). ZT: z's element type, float or
+// __half (SubpixelConv's z_fp16: only where the epilogue saturates, so that an fp16 overflow to
+// +-inf gives what the fp32 value would).
 // Measured on the H200 (93's shapes, 2.2 GB moved): one thread per output group with the offsets in
 // an array of the kernel's parameters ran at 0.5 TB/s; Nsight Compute put it at 98% "compute",
 // the memory pipes 98% busy and DRAM 7%: a dynamic index into a parameter's array is a
@@ -60,27 +65,49 @@ struct SubPhases {
   }
 };
 
-template <int EPI, int SW, int KV>
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+__device__ __forceinline__ float ld_z(const float* p) { return __ldcs(p); }
+__device__ __forceinline__ float ld_z(const __half* p) {
+  return __half2float(__ushort_as_half(__ldcs(reinterpret_cast<const unsigned short*>(p))));
+}
+
+// The staged fp16 path's copy of 8 z columns (16 bytes) from col into shared memory: zeros where the
+// row is outside z (zr null) or col at or past Wz (Wz and col multiples of 8: whole pieces). A
+// chunk reads the pieces its outputs need (a row of 256 outputs: 17 of the 33).
+constexpr int kWin = 264;  // z columns staged per phase row and chunk of 512 outputs: 256, up to 7 before, 1 spare
+__device__ __forceinline__ void stage8(__half* dst, const __half* zr, int col, int Wz) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (zr && col < Wz) v = __ldcs(reinterpret_cast<const uint4*>(zr + col));
+  *reinterpret_cast<uint4*>(dst) = v;
+}
+
+template <int EPI, int SW, int KV, class ZT>
 __global__ void __launch_bounds__(kThreads)
-    subpixel_interleave_kernel(float* __restrict__ out, const float* __restrict__ z, const SubPhases ph,
+    subpixel_interleave_kernel(float* __restrict__ out, const ZT* __restrict__ z, const SubPhases ph,
                                const float* __restrict__ bias, float epi_a, float epi_b, int C, int H, int W,
-                               int sh, int sw_rt, int Hz, int Wz, int rows) {
+                               int sh, int sw_rt, int Hz, int Wz, int rows, bool staged) {
   constexpr int kU = KV == 4 ? 4 : 8;  // steps per pass over a row: 512 or 256 outputs
+  // SW 2, KV 4, fp16 z with rows of whole 16-byte pieces (staged, the host's check): each chunk of
+  // 512 outputs reads its two z rows' 256 columns (and up to 8 more) as 16-byte pieces into the
+  // warp's shared memory, then takes each output's value from there
+  constexpr bool kStaged = SW == 2 && KV == 4 && std::is_same<ZT, __half>::value;
   const Epilogue epi{EPI, epi_a, epi_b};
   const int sw = SW ? SW : sw_rt, P = sh * sw;
   const int lane = threadIdx.x & 31, warps = gridDim.x * (kThreads / 32);
-  const int groups = W / KV;  // KV divides W (the host's choice)
   for (int row = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5); row < rows; row += warps) {
     const int nc = row / H, oh = row - nc * H;
     const int n = nc / C, c = nc - n * C;
     const int rh = oh % sh, i = oh / sh;
     const float bv = bias ? __ldg(bias + c) : 0.f;
     // phase (rh, 0)'s z plane for this image and channel; phase (rh, rw) is rw planes of C further
-    const float* zp = z + (((int64_t)n * P + rh * sw) * C + c) * (int64_t)Hz * Wz;
+    const ZT* zp = z + (((int64_t)n * P + rh * sw) * C + c) * (int64_t)Hz * Wz;
     const int64_t phase_step = (int64_t)C * Hz * Wz;
     // SW 2: the two column phases' rows (null where the row is outside z) and column offsets
-    const float* zr0 = nullptr;
-    const float* zr1 = nullptr;
+    const ZT* zr0 = nullptr;
+    const ZT* zr1 = nullptr;
     int cw0 = 0, cw1 = 0;
     if constexpr (SW == 2) {
       const int p0 = rh * 2, t0 = i + SubPhases::get(ph.ch, p0), t1 = i + SubPhases::get(ph.ch, p0 + 1);
@@ -89,40 +116,77 @@ __global__ void __launch_bounds__(kThreads)
       if (t0 < Hz) zr0 = zp + (int64_t)t0 * Wz;
       if (t1 < Hz) zr1 = zp + phase_step + (int64_t)t1 * Wz;
     }
+    // z's term for output column ow of this row
+    auto value = [&](int ow) -> float {
+      if constexpr (SW == 2) {
+        const ZT* zr = (ow & 1) ? zr1 : zr0;
+        const int u = (ow >> 1) + ((ow & 1) ? cw1 : cw0);
+        return zr && u < Wz ? ld_z(zr + u) : 0.f;
+      } else {
+        const int rw = ow % sw, p = rh * sw + rw;
+        const int t = i + SubPhases::get(ph.ch, p), u = ow / sw + SubPhases::get(ph.cw, p);
+        return t < Hz && u < Wz ? ld_z(zp + rw * phase_step + (int64_t)t * Wz + u) : 0.f;
+      }
+    };
     float* yrow = out + (int64_t)row * W;
+    const int head = KV == 4 ? min(W, (int)((0u - (unsigned)(reinterpret_cast<uintptr_t>(yrow) >> 2)) & 3u)) : 0;
+    const int groups = (W - head) / KV, rest = W - head - groups * KV;  // KV 1: rest 0
+    if (KV == 4 && lane < head + rest) {
+      const int ow = lane < head ? lane : head + groups * KV + (lane - head);
+      __stcs(yrow + ow, epi(value(ow) + bv));
+    }
+    float* yv = yrow + head;  // 16-byte aligned where KV is 4
+    if constexpr (kStaged) {
+      if (staged) {
+        __shared__ __align__(16) __half zs[kThreads / 32][2][kWin];
+        __half* s0 = zs[threadIdx.x >> 5][0];
+        __half* s1 = zs[threadIdx.x >> 5][1];
+        // vector g's phase-0 outputs (its columns 0 and 2, or 1 and 3 for an odd head) are z0's
+        // columns A0 + 2g and the next, its phase-1 outputs z1's from A1 + 2g
+        const int A0 = ((head + 1) >> 1) + cw0, A1 = (head >> 1) + cw1;
+        const bool odd = head & 1;
+        for (int g0 = 0; g0 < groups; g0 += 128) {
+          const int c0 = A0 + 2 * g0, c1 = A1 + 2 * g0, b0 = c0 & ~7, b1 = c1 & ~7;
+          const int d0 = c0 - b0, d1 = c1 - b1, cnt = min(128, groups - g0);  // the chunk's vectors
+          const int n0 = (d0 + 2 * cnt + 7) >> 3, n1 = (d1 + 2 * cnt + 7) >> 3;  // pieces it reads
+          __syncwarp();  // the previous chunk's reads are done
+          for (int j = lane; j < max(n0, n1); j += 32) {
+            if (j < n0) stage8(s0 + 8 * j, zr0, b0 + 8 * j, Wz);
+            if (j < n1) stage8(s1 + 8 * j, zr1, b1 + 8 * j, Wz);
+          }
+          __syncwarp();
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int gl = 32 * k + lane;
+            if (g0 + gl >= groups) break;
+            const float e0 = __half2float(s0[d0 + 2 * gl]), e1 = __half2float(s0[d0 + 2 * gl + 1]);
+            const float o0 = __half2float(s1[d1 + 2 * gl]), o1 = __half2float(s1[d1 + 2 * gl + 1]);
+            const float4 q = odd ? make_float4(o0, e0, o1, e1) : make_float4(e0, o0, e1, o1);
+            __stcs(reinterpret_cast<float4*>(yv) + g0 + gl,
+                   make_float4(epi(q.x + bv), epi(q.y + bv), epi(q.z + bv), epi(q.w + bv)));
+          }
+        }
+        continue;
+      }
+    }
     for (int g0 = 0; g0 < groups; g0 += 32 * kU) {
       float v[kU][KV];
 #pragma unroll
       for (int k = 0; k < kU; ++k) {
         const int g = g0 + 32 * k + lane;
 #pragma unroll
-        for (int q = 0; q < KV; ++q) {
-          const int ow = g * KV + q;
-          float s = 0.f;
-          if (g < groups) {
-            if constexpr (SW == 2) {
-              const float* zr = (ow & 1) ? zr1 : zr0;
-              const int u = (ow >> 1) + ((ow & 1) ? cw1 : cw0);
-              if (zr && u < Wz) s = __ldcs(zr + u);
-            } else {
-              const int rw = ow % sw, p = rh * sw + rw;
-              const int t = i + SubPhases::get(ph.ch, p), u = ow / sw + SubPhases::get(ph.cw, p);
-              if (t < Hz && u < Wz) s = __ldcs(zp + rw * phase_step + (int64_t)t * Wz + u);
-            }
-          }
-          v[k][q] = s;
-        }
+        for (int q = 0; q < KV; ++q) v[k][q] = g < groups ? value(head + g * KV + q) : 0.f;
       }
 #pragma unroll
       for (int k = 0; k < kU; ++k) {
         const int g = g0 + 32 * k + lane;
         if (g >= groups) break;
         if constexpr (KV == 4) {
-          __stcs(reinterpret_cast<float4*>(yrow) + g,
+          __stcs(reinterpret_cast<float4*>(yv) + g,
                  make_float4(epi(v[k][0] + bv), epi(v[k][1] + bv), epi(v[k][2] + bv), epi(v[k][3] + bv)));
         } else {
 #pragma unroll
-          for (int q = 0; q < KV; ++q) __stcs(yrow + g * KV + q, epi(v[k][q] + bv));
+          for (int q = 0; q < KV; ++q) __stcs(yv + g * KV + q, epi(v[k][q] + bv));
         }
       }
     }
@@ -178,7 +242,8 @@ torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int6
   return out;
 }
 
-// z: [N, P * C, Hz, Wz] fp32 contiguous, phase p = rh * stride_w + rw in channels p * C..; offsets:
+// z: [N, P * C, Hz, Wz] fp32 (or fp16 with a saturating epilogue: tanh, clamp_scale) contiguous,
+// phase p = rh * stride_w + rw in channels p * C..; offsets:
 // (ch, cw) per phase; bias: per channel or undefined; the epilogue as the library's.
 torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets, int64_t stride_h, int64_t stride_w,
                                   int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue,
@@ -186,9 +251,13 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
   const int64_t np = stride_h * stride_w;
   TORCH_CHECK(np >= 1 && np <= kMaxPhases && (int64_t)offsets.size() == 2 * np,
               "subpixel_interleave: two offsets per phase, at most ", kMaxPhases, " phases");
-  TORCH_CHECK(z.is_cuda() && z.scalar_type() == at::kFloat && z.dim() == 4 && z.is_contiguous() && z.size(1) == np * C,
-              "subpixel_interleave: z must be a contiguous fp32 CUDA tensor [N, phases x C, Hz, Wz]");
+  const bool z16 = z.scalar_type() == at::kHalf;
+  TORCH_CHECK(z.is_cuda() && (z.scalar_type() == at::kFloat || z16) && z.dim() == 4 && z.is_contiguous() &&
+                  z.size(1) == np * C,
+              "subpixel_interleave: z must be a contiguous fp32 or fp16 CUDA tensor [N, phases x C, Hz, Wz]");
   TORCH_CHECK(epilogue >= 0 && epilogue < kEpiCount, "subpixel_interleave: unknown epilogue ", epilogue);
+  TORCH_CHECK(!z16 || epilogue == kEpiTanh || epilogue == kEpiClampScale,
+              "subpixel_interleave: an fp16 z only with a saturating epilogue (tanh, clamp_scale)");
   SubPhases ph{};
   for (int64_t p = 0; p < np; ++p) {
     const int64_t ch = offsets[2 * p], cw = offsets[2 * p + 1];
@@ -206,20 +275,30 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
     b = bias_c.data_ptr<float>();
   }
   const int64_t N = z.size(0), Hz = z.size(2), Wz = z.size(3);
-  auto out = torch::empty({N, C, H, W}, z.options());
+  auto out = torch::empty({N, C, H, W}, z.options().dtype(at::kFloat));
   if (out.numel() == 0) return out;
-  const bool vec = W % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  const bool vec = W >= 8;  // KV 4: a row's head and tail one float each, the rest 16-byte vectors
+  // fp16 z staged through shared memory in 16-byte pieces: rows of whole pieces, 16-byte aligned
+  const bool staged = z16 && Wz % 8 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
   const int64_t rows = N * C * H;
   TORCH_CHECK(rows < (int64_t(1) << 31), "subpixel_interleave: 2^31 output rows or more");
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int warps_per_block = kThreads / 32;
   const int blocks = (int)std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block, (int64_t)sms * 16);
   const float a = (float)epi_a, bb = (float)epi_b;
-  auto launch = [&](auto epi, auto sw2, auto kv) {
+  auto launch = [&](auto epi, auto sw2, auto kv, auto zt) {
     constexpr int EPI = decltype(epi)::value, SW = decltype(sw2)::value, K = decltype(kv)::value;
-    subpixel_interleave_kernel<EPI, SW, K><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        out.data_ptr<float>(), z.data_ptr<float>(), ph, b, a, bb, (int)C, (int)H, (int)W, (int)stride_h,
-        (int)stride_w, (int)Hz, (int)Wz, (int)rows);
+    using ZT = typename decltype(zt)::type;
+    subpixel_interleave_kernel<EPI, SW, K, ZT><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        out.data_ptr<float>(), reinterpret_cast<const ZT*>(z.data_ptr()), ph, b, a, bb, (int)C, (int)H, (int)W,
+        (int)stride_h, (int)stride_w, (int)Hz, (int)Wz, (int)rows, staged);
+  };
+  auto by_type = [&](auto epi, auto sw2, auto kv) {
+    constexpr int EPI = decltype(epi)::value;
+    if constexpr (EPI == kEpiTanh || EPI == kEpiClampScale) {
+      if (z16) return launch(epi, sw2, kv, TypeTag<__half>{});
+    }
+    launch(epi, sw2, kv, TypeTag<float>{});
   };
   auto by_shape = [&](auto epi) {
     using Two = std::integral_constant<int, 2>;
@@ -227,9 +306,9 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
     using Four = std::integral_constant<int, 4>;
     using One = std::integral_constant<int, 1>;
     if (stride_w == 2)
-      vec ? launch(epi, Two{}, Four{}) : launch(epi, Two{}, One{});
+      vec ? by_type(epi, Two{}, Four{}) : by_type(epi, Two{}, One{});
     else
-      vec ? launch(epi, Any{}, Four{}) : launch(epi, Any{}, One{});
+      vec ? by_type(epi, Any{}, Four{}) : by_type(epi, Any{}, One{});
   };
   static_assert(kEpiCount == 6, "subpixel_interleave: a case per epilogue kind");
   switch (epilogue) {

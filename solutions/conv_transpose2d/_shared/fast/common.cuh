@@ -92,9 +92,11 @@ __device__ __forceinline__ bool wgf_unscaled(unsigned amax_bits) {
 // 16-byte cp.async copies and TMA boxes need), up to 3 before the first needed one
 constexpr int64_t cols16(int64_t n) { return (n + 3 + 3) / 4 * 4; }
 
-// Output stores, by the output's element type: float (fp32 runs), or __nv_bfloat16 (bf16 runs: the
-// fp32 result rounded once, to nearest). The epilogues below are written once for both; with float
-// they are the plain fp32 stores. st_out2 and st_out4 need the pair's and the quad's alignment.
+// Output stores, by the output's element type: float (fp32 runs), __nv_bfloat16 (bf16 runs: the
+// fp32 result rounded once, to nearest) or __half (an fp16 output asked for by the caller, ct2d_wgf
+// only: the fp32 result rounded once, to nearest; beyond fp16's range it becomes +-inf). The
+// epilogues below are written once for all; with float they are the plain fp32 stores. st_out2
+// and st_out4 need the pair's and the quad's alignment.
 __device__ __forceinline__ void st_out1(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_out1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 // st_out1 as a streaming store (st.global.cs), for epilogues whose output is not read again
@@ -110,6 +112,16 @@ __device__ __forceinline__ void st_out2(__nv_bfloat16* p, float a, float b) {
 __device__ __forceinline__ void st_out4(float* p, float4 v) { __stcs(reinterpret_cast<float4*>(p), v); }
 __device__ __forceinline__ void st_out4(__nv_bfloat16* p, float4 v) {
   const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  __stcs(reinterpret_cast<uint2*>(p),
+         make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
+}
+__device__ __forceinline__ void st_out1(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void st_out2(__half* p, float a, float b) {
+  const __half2 v = __floats2half2_rn(a, b);
+  __stcs(reinterpret_cast<unsigned*>(p), *reinterpret_cast<const unsigned*>(&v));
+}
+__device__ __forceinline__ void st_out4(__half* p, float4 v) {
+  const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
   __stcs(reinterpret_cast<uint2*>(p),
          make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
 }

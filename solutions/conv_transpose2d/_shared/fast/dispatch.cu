@@ -42,6 +42,7 @@ struct Call {
   int64_t Cout, KH, KW, sh, sw, ph, pw, oph, opw, dh, dw, groups, split, config;
   Epilogue epi;      // kind kEpiNone: none
   bool epi_fused;    // the route that ran applied it
+  bool out_fp16;     // y in fp16 (an fp32 x, no epilogue): a row marked fp16_out writes it, else y rounded once
   cudaStream_t stream;
   Plan plan;
 
@@ -57,11 +58,12 @@ struct Call {
 };
 
 // A row of the rule: where it applies (shapes, class, build, tuning hook, the weights the Python
-// side packed), whether it takes a bf16 x, and the run, which returns false where its kernel's
-// shared-memory plan does not fit (the next row then gets the call).
+// side packed), whether it takes a bf16 x, whether it writes an fp16 y, and the run, which returns
+// false where its kernel's shared-memory plan does not fit (the next row then gets the call).
 struct Route {
   const char* kernel;
   bool bf16;
+  bool fp16_out;
   bool (*applies)(const Call&);
   bool (*run)(Call&);
 };
@@ -71,7 +73,9 @@ bool run_phase_fma(Call& c);
 
 // The rule: the first row that applies and fits runs. A bf16 call tries only the rows marked bf16,
 // and only in the TF32 class with config 0; if none fits it runs the whole rule on x widened to
-// fp32 (exact) and its output is rounded once to bf16 (io "bf16 via fp32").
+// fp32 (exact) and its output is rounded once to bf16 (io "bf16 via fp32"). A call for an fp16
+// output (out_fp16, e.g. a fused solution's intermediate) tries only row 1, which writes it; else
+// the whole rule runs with an fp32 output, rounded once to fp16 (io "fp16 via fp32").
 //
 // | row | kernel (file)                   | stride, groups | output channels       | class | build  | x     |
 // |-----|---------------------------------|----------------|-----------------------|-------|--------|-------|
@@ -90,31 +94,31 @@ bool run_phase_fma(Call& c);
 // takes every strided or grouped shape; its tensor-core variants need the weights' fragments in
 // shared memory, and row 8 takes what they do not fit.
 const Route kRoutes[] = {
-    {"ct2d_wgf", true,
+    {"ct2d_wgf", true, true,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.config == 0 && c.Cout > 32 && c.wh.numel() > 0 && c.split == 1; },
      [](Call& c) { return run_wgf(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan); }},
-    {"ct2d_wgh", false,
+    {"ct2d_wgh", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.config == 0 && c.Cout > 32 && c.wh.numel() > 0 && c.split == 3; },
      [](Call& c) { return run_wgh(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan); }},
-    {"ct2d_wg", false,
+    {"ct2d_wg", false, false,
      [](const Call& c) {
        return c.sm90a() && c.stride1_one_group() && c.split == 1 && c.wg.numel() > 0 &&
               ((c.config == 0 && c.Cout > 32) || c.config == 5 || c.config == 6 || c.config == 8);
      },
      [](Call& c) { return run_wg(c.x, c.wg, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.config, c.stream, c.plan); }},
-    {"ct2d_mma", true,  // a bf16 x: ct2d_mmh only, its x widened for the fp32 staging
+    {"ct2d_mma", true, false,  // a bf16 x: ct2d_mmh only, its x widened for the fp32 staging
      [](const Call& c) { return c.stride1_one_group() && c.wm.numel() > 0; },
      [](Call& c) {
        return run_mma(c.bf16() ? c.x.to(at::kFloat) : c.x, c.wm, c.wmh, c.wmh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw,
                       c.dh, c.dw, c.split, c.config, c.stream, c.plan);
      }},
-    {"ct2d_wg", false,
+    {"ct2d_wg", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.split == 1 && c.wg.numel() > 0 && c.config == 0; },
      [](Call& c) { return run_wg(c.x, c.wg, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, 0, c.stream, c.plan); }},
-    {"ct2d_phase", true,  // tensor cores (TF32 for split 1, 3xTF32 for split 3); a bf16 call only off stride 1
+    {"ct2d_phase", true, false,  // tensor cores (TF32 for split 1, 3xTF32 for split 3); a bf16 call only off stride 1
      [](const Call& c) { return (c.config == 0 || c.config >= 4) && c.wt.numel() > 0 && !(c.bf16() && c.stride1_one_group()); },
      run_phase_tc},
-    {"ct2d_phase", false,  // CUDA cores; an error naming the direct solution where even this does not fit
+    {"ct2d_phase", false, false,  // CUDA cores; an error naming the direct solution where even this does not fit
      [](const Call&) { return true; }, run_phase_fma},
 };
 
@@ -196,8 +200,9 @@ torch::Tensor execute(Call& c) {
   const int64_t Wout = (Win - 1) * c.sw - 2 * c.pw + c.dw * (KW - 1) + c.opw + 1;
   TORCH_CHECK(Hout > 0 && Wout > 0, "output size is not positive");
   TORCH_CHECK(c.x.numel() < (int64_t(1) << 31) && N * Cout * Hout * Wout < (int64_t(1) << 40), "tensor too large");
-  c.y = torch::empty({N, Cout, Hout, Wout}, c.x.options());
-  if (!c.plan.launch) c.plan.io = c.bf16() ? "bf16" : "fp32";
+  TORCH_CHECK(!c.out_fp16 || (!c.bf16() && c.epi.kind == kEpiNone), "an fp16 output takes an fp32 x and no epilogue");
+  c.y = torch::empty({N, Cout, Hout, Wout}, c.x.options().dtype(c.out_fp16 ? at::kHalf : c.x.scalar_type()));
+  if (!c.plan.launch) c.plan.io = c.bf16() ? "bf16" : c.out_fp16 ? "fp32 in, fp16 out" : "fp32";
   if (c.y.numel() == 0) {
     if (!c.plan.launch) c.plan.set("none (empty output)", "", "");
     return c.y;
@@ -205,7 +210,7 @@ torch::Tensor execute(Call& c) {
   c.stream = c10::cuda::getCurrentCUDAStream();
   const bool bf16_ok = !c.bf16() || (c.split == 1 && c.config == 0);
   for (const Route& r : kRoutes) {
-    if ((c.bf16() && !(r.bf16 && bf16_ok)) || !r.applies(c)) continue;
+    if ((c.bf16() && !(r.bf16 && bf16_ok)) || (c.out_fp16 && !r.fp16_out) || !r.applies(c)) continue;
     c.epi_fused = false;
     if (r.run(c)) {
       if (c.epi.kind != kEpiNone && !c.epi_fused) {
@@ -216,31 +221,33 @@ torch::Tensor execute(Call& c) {
       return c.y;
     }
   }
-  TORCH_CHECK(c.bf16(), "fast ConvTranspose2d: no kernel applies");  // row 8 applies to every fp32 call
-  // a bf16 call no bf16 row took: the fp32 rule on x widened (exact), the output rounded once
+  TORCH_CHECK(c.bf16() || c.out_fp16, "fast ConvTranspose2d: no kernel applies");  // row 8 applies to every fp32 call
+  // a bf16 call no bf16 row took: the fp32 rule on x widened (exact), the output rounded once; an
+  // fp16 output row 1 did not write: the fp32 rule, its output rounded once
   Call w = c;
   w.x = c.x.to(at::kFloat);
+  w.out_fp16 = false;
   torch::Tensor y = execute(w);
   if (!c.plan.launch) {
     c.plan = w.plan;
-    c.plan.io = "bf16 via fp32";
+    c.plan.io = c.bf16() ? "bf16 via fp32" : "fp16 via fp32";
     return c.y;
   }
-  return y.to(at::kBFloat16);
+  return y.to(c.y.scalar_type());
 }
 
 // The entry points' arguments (ct2d_fast.py declares the same list for the binding): x, the packed
 // weights, the bias, then the layer's hyper-parameters, the class (split), the tuning hook and the
-// epilogue (kind and its two scalars; 0: none).
+// epilogue (kind and its two scalars; 0: none), and out_fp16 (1: y in fp16, Call::out_fp16).
 #define CT2D_ARGS                                                                                             \
   torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm, torch::Tensor wmh, int64_t wmh_exp,  \
       torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout,    \
       int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,               \
       int64_t outpad_h, int64_t outpad_w, int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split,        \
-      int64_t config, int64_t epilogue, double epi_a, double epi_b
+      int64_t config, int64_t epilogue, double epi_a, double epi_b, int64_t out_fp16
 #define CT2D_ARG_NAMES                                                                                        \
   x, wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW, stride_h, stride_w, pad_h, pad_w, outpad_h, \
-      outpad_w, dil_h, dil_w, groups, split, config, epilogue, epi_a, epi_b
+      outpad_w, dil_h, dil_w, groups, split, config, epilogue, epi_a, epi_b, out_fp16
 
 // bias_c keeps a contiguous copy of the bias alive for the call.
 Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
@@ -253,6 +260,7 @@ Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
   TORCH_CHECK(epilogue >= 0 && epilogue < kEpiCount, "epilogue: unknown kind ", epilogue);
   c.epi = Epilogue{(int)epilogue, (float)epi_a, (float)epi_b};
   c.plan.launch = launch;
+  c.out_fp16 = out_fp16 != 0;
   c.b = nullptr;
   if (bias.has_value() && bias->defined()) {
     bias_c = bias->contiguous();

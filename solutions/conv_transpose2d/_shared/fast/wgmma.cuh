@@ -1048,12 +1048,13 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 // and the kernel on the rescaled copy (scaled = 1), which exit at once unless x's largest
 // magnitude is outside [2^-2, 2^15). Returns false where the tiles do not fit. A bf16 x (and y, a
 // bf16 run) always takes the pre-pass, which reads it as bf16 (exact in fp16 wherever fp32 is);
-// the epilogue rounds the fp32 sums once to bf16.
+// the epilogue rounds the fp32 sums once to bf16. An fp16 y (fp32 x: the caller asked for fp16
+// output, dispatch.cu's out_fp16) takes the pre-pass too; the epilogue rounds the sums once to fp16.
 bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
              int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream,
              Plan& plan) {
   const int64_t N = x.size(0), Cin = x.size(1), HW = x.size(2) * x.size(3), C8 = 2 * ((Cin + 15) / 16);
-  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const bool bf16 = x.scalar_type() == at::kBFloat16, half_y = y.scalar_type() == at::kHalf;
   WgShape s;
   int64_t gx = 0, items = 0;
   // the producer's raw ring filled by TMA, else by cp.async, else the pre-pass
@@ -1061,7 +1062,7 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   auto producer_path = [&](size_t bytes) { return bytes && s.co_blocks == 1 && s.stagger > 0; };
   size_t smem = 0;
   bool tma = false, direct = false;
-  if (!bf16) {
+  if (!bf16 && !half_y) {
     smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS, true);
     tma = producer_path(smem) && x_tensor_map(&xmap, x, s.raw_rl, s.raw_rows);
     direct = tma;
@@ -1073,14 +1074,15 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   if (!direct) smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items);
   if (!smem) return false;
   if (!plan.launch) {
-    const char* t = bf16 ? "__nv_bfloat16" : "float";
+    const char* t = bf16 ? "__nv_bfloat16" : "float";  // x's type
+    const char* yt = bf16 ? "__nv_bfloat16" : half_y ? "__half" : "float";
     const std::string rescale = strf("; then fp16_convert<1, %s> and ct2d_wgs<WgfFp16Ops, %s> on x rescaled, which exit "
-                                     "at once unless x's largest magnitude is outside [2^-2, 2^15)", t, t);
+                                     "at once unless x's largest magnitude is outside [2^-2, 2^15)", t, yt);
     if (direct)
       return plan.set(strf("ct2d_wgs<WgdFp16Ops<%s>, float>", tma ? "true" : "false"), "wgmma.cuh",
                       wg_config(s, strf("; one fp16 product; x converted by the producer from a %s ring%s",
                                         tma ? "TMA" : "cp.async", rescale.c_str()).c_str()));
-    return plan.set(strf("ct2d_wgs<WgfFp16Ops, %s>", t), "wgmma.cuh",
+    return plan.set(strf("ct2d_wgs<WgfFp16Ops, %s>", yt), "wgmma.cuh",
                     wg_config(s, strf("; one fp16 product; pre-pass fp16_convert<1, %s> (convert.cuh)%s", t,
                                       rescale.c_str()).c_str()));
   }
@@ -1117,6 +1119,12 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
       continue;
     }
     fp16_convert<1><<<grid, 256, 0, stream>>>(x.data_ptr<float>(), amax_p, xs_p, Cin, C8, HW, 0, mode);
+    if (half_y) {
+      allow_smem<ct2d_wgs<WgfFp16Ops, __half>>(kWgSmemMax);
+      ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, reinterpret_cast<__half*>(y.data_ptr()), s, (int)gx,
+                                                      (int)items);
+      continue;
+    }
     ct2d_wgs<<<blocks, WGS_THREADS, smem, stream>>>(ops, b, y.data_ptr<float>(), s, (int)gx, (int)items);
   }
   return true;
