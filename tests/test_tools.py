@@ -69,6 +69,22 @@ def test_plan_table_floors_match_the_perf_notes():
     assert "| 0.047 | launch-bound | - |" in markdown([tiny])
 
 
+def test_fused_plan_table_keeps_what_the_output_becomes():
+    """The fused table names a plan's tiles and every clause that says what is written (the epilogue,
+    z's type, the pass after the convolution), not the pipeline's stages."""
+    from tools.plan_table import what_runs
+    sub = ("one stride-1 convolution of 4 phases x 64 channels (sub-kernel 2x2): tile 7 rows x 68 columns (585 "
+           "staged positions) x 64 channels, 4 channel block(s); 3 stages; epilogue via shared memory, 16-byte "
+           "stores; z in fp16 (fp32 in, fp16 out); then subpixel_interleave (split.cu) with the bias and epilogue tanh")
+    assert what_runs(sub) == ("one stride-1 convolution of 4 phases x 64 channels (sub-kernel 2x2): tile 7 rows x 68 "
+                              "columns (585 staged positions) x 64 channels, 4 channel block(s); epilogue via shared "
+                              "memory, 16-byte stores; z in fp16 (fp32 in, fp16 out); then subpixel_interleave "
+                              "(split.cu) with the bias and epilogue tanh")
+    sp = "4 phase GEMMs on TF32 mma.sync, a block per item; epilogue none, then the minimum over each block, in the store"
+    assert what_runs(sp) == sp
+    assert what_runs("tile 16 rows; 2 stages, consumers 1 chunk(s) apart") == "tile 16 rows"
+
+
 def test_aa_runs_reads_a_variant_as_its_name_and_its_overrides():
     import argparse
     from tools.aa_runs import parse_variant

@@ -4,7 +4,7 @@ process, interleaved: each variant is built with load_inline (in parallel), then
 its rel L2 error against PyTorch with TF32 off is printed next to it.
 
     PYTHONPATH=. python tools/ab_variants.py 81,75 base other=path/to/fast 'x4=OLD@@NEW' [--configs 0,9]
-        [--solution fast_fp32]
+        [--solution fast_fp32] [--dtype bfloat16]
 
 A variant is `base` (fast/ as it is), `NAME=DIR` (another copy of the fast/ folder, e.g. from
 `git archive REV solutions/conv_transpose2d/_shared/fast | tar -x`), `NAME=FILE` (one source file
@@ -12,7 +12,9 @@ built alone, e.g. the single fast.cu of a revision before the split) or `NAME=OL
 the exact string OLD replaced by NEW in the one file of fast/ that holds it). --configs: the
 `config` values to run each variant with (fast/dispatch.cu names them). Each call is the `fast`
 solution's own forward (weights packed once) with the variant's extension swapped in; --solution
-names another solution of the problem built on ct2d_fast (e.g. fast_fp32).
+names another solution of the problem built on ct2d_fast (e.g. fast_fp32); --dtype casts inputs,
+model and reference as a half-precision run does (e.g. bfloat16 with --solution fast_bf16), the rel
+error then against the reference in float64 on the same rounded inputs and weights.
 """
 import os
 import re
@@ -101,7 +103,11 @@ def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str])
 
 
 def main(argv):
-    configs, solution = [0], "fast"
+    configs, solution, dtype = [0], "fast", None
+    if "--dtype" in argv:
+        i = argv.index("--dtype")
+        dtype = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
     if "--solution" in argv:
         i = argv.index("--solution")
         solution = argv[i + 1]
@@ -127,14 +133,14 @@ def main(argv):
         [problem] = problems.select(pid)
         mod = load_module(problem.path)
         init = list(mod.get_init_inputs())
-        ref = construct(mod.Model, init, 0, "cuda")
-        inputs = make_inputs(mod, 1, "cuda")
+        ref = construct(mod.Model, init, 0, "cuda", dtype=dtype)
+        inputs = make_inputs(mod, 1, "cuda", dtype=dtype)
         sol = [s for s in solutions.for_problem(problem) if s.name == solution][0]
-        model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda")
+        model = construct(load_module(sol.path, prefix="kb_solution").ModelNew, init, 0, "cuda", dtype=dtype)
         fast_module = sys.modules[type(model).forward.__module__]  # ct2d_fast: its forward calls _ext
         with torch.no_grad():
             torch.backends.cudnn.allow_tf32 = False
-            truth = ref(*inputs).double()
+            truth = ref.double()(*[t.double() for t in inputs]) if dtype else ref(*inputs).double()
             runs = [(name, cfg) for name in sources for cfg in configs]
             times, rel, skipped = {}, {}, []
             for rep in range(4):

@@ -186,9 +186,7 @@ def fused_rows(times: dict) -> list[dict]:
                 kwargs["channel_min"] = True
             with torch.no_grad():
                 plan = model.fast.plan(xc, **kwargs)
-            clauses = [c.strip() for c in plan.config.split(";")]
-            store = f"; {clauses[-1]}" if len(clauses) > 1 and "in the store" in clauses[-1] else ""
-            runs = f"`{plan.kernel}` ({clauses[0]}{store})"
+            runs = f"`{plan.kernel}` ({what_runs(plan.config)})"
             tail = re.search(r"tails\.(\w+)\(", text)
             if tail:
                 runs += f", then `{tail.group(1)}` (ct2d_tails.py)"
@@ -203,7 +201,16 @@ def fused_rows(times: dict) -> list[dict]:
         del model, xc
         torch.cuda.empty_cache()
         progress(f"{problem.id} planned")
-    return out
+    return sorted(out, key=lambda r: int(r["problem"]))
+
+
+def what_runs(config: str) -> str:
+    """A plan's config for the fused table: its first clause (the tiles) and the clauses that say
+    what the output becomes (the epilogue and its store, z's type, a kernel that follows), without
+    the pipeline's details (stages, consumers)."""
+    clauses = [c.strip() for c in config.split(";")]
+    keep = [c for c in clauses[1:] if c.startswith(("epilogue", "z in", "then ")) or "in the store" in c]
+    return "; ".join(clauses[:1] + keep)
 
 
 def fused_markdown(table: list[dict]) -> str:
