@@ -125,7 +125,14 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     then compile each recipe's object files (CUDA with nvcc, C++ with the host compiler) in a
     compile step, as a run builds its libraries (harness/compile/recipes.py: published in the cache's
     compile-only folder, reused by later checks); nothing is linked or loaded. No GPU is needed
-    or used. Each item: {"path", "status", "message", "detail", "extensions"}."""
+    or used. Each item: {"path", "status", "message", "detail", "extensions"}, in `files`' order,
+    each printed by `out` once its recipes are compiled.
+
+    Two phases, so that the cores compile different recipes: every build step first (they take
+    about a second each), then each distinct recipe once, the recipes spread over the workers in
+    the order they were first met (many solutions share one library: a file-by-file pool had its
+    workers wait on the same compile). A recipe that fails is compiled again for each other
+    solution that records it, so that each gets its own message, as a run does (recipes.Compiles)."""
     import importlib.metadata
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
@@ -135,7 +142,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     from .failures import failure
     from ..isolate.isolation import run_module
     from ..core.problems import _display, discover
-    from .recipes import Compiler, Compiles
+    from .recipes import Compiler
     from ..core.solutions import problem_for
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -148,10 +155,10 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
     compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s)
-    compiles = Compiles()
     known = discover()
 
-    def one(path: Path) -> dict:
+    def build_step(path: Path) -> dict:
+        """The solution's build step: its recipes (compile-only) or why it failed; its work folder."""
         request = {"mode": "compile", "solution_path": str(Path(path).resolve()), "device": "cpu", "arch": arch,
                    "cache_dir": str(cache_dir)}
         owner = problem_for(Path(path), known)  # its module runs with the problem's names, as in KernelBench
@@ -164,15 +171,22 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
         outcome = run_module("harness.run.worker", request, work, limit_s=cfg.timeouts.run_s,
                              phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
         failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
-        recipes = [e["recipe"] for e in outcome.all("recipe")]
-        item = {"path": _display(Path(path)), "extensions": [r["params"]["name"] for r in recipes]}
-        if failed is None:
-            for index, recipe in enumerate(recipes):
-                done = compiles.get(compiler, {**recipe, "compile_only": True}, lambda i=index: work / f"compile{i}")
-                if done.failed:
-                    failed = done.failed
-                    break
-        shutil.rmtree(work, ignore_errors=True)
+        recipes = [{**e["recipe"], "compile_only": True} for e in outcome.all("recipe")]
+        return {"path": path, "work": work, "failed": failed, "recipes": [] if failed else recipes,
+                "item": {"path": _display(Path(path)), "extensions": [r["params"]["name"] for r in recipes]}}
+
+    def finish(step: dict, done: dict) -> dict:
+        """The solution's item: its build step's failure, else its first recipe that failed (compiled
+        again in its own folder where another solution's compile of it failed first), else ok."""
+        item, failed = step["item"], step["failed"]
+        for index, recipe in enumerate(step["recipes"]):
+            if failed:
+                break
+            first, result = done[str(compiler.folder(recipe))]
+            if result.failed and first is not step:
+                result = compiler.run(recipe, step["work"] / f"compile{index}")
+            failed = result.failed
+        shutil.rmtree(step["work"], ignore_errors=True)
         if failed:
             status, message, detail, _ = failed
             item.update(status=status.value, message=message, detail=detail)
@@ -184,6 +198,21 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(one, files))
+            steps = list(pool.map(build_step, files))
+            firsts: dict = {}  # recipe folder -> (the step that met it first, its recipe, where to compile)
+            for step in steps:
+                for index, recipe in enumerate(step["recipes"]):
+                    firsts.setdefault(str(compiler.folder(recipe)), (step, recipe, step["work"] / f"compile{index}"))
+
+            def compile_recipe(first):
+                step, recipe, where = first
+                return step, compiler.cached(recipe) or compiler.run(recipe, where)
+
+            pending = {key: pool.submit(compile_recipe, first) for key, first in firsts.items()}
+            items = []
+            for step in steps:  # each printed once its recipes are done, in the files' order
+                done = {key: pending[key].result() for key in (str(compiler.folder(r)) for r in step["recipes"])}
+                items.append(finish(step, done))
+            return items
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
