@@ -97,12 +97,17 @@ def _run(tmp_path, names, **overrides):
 def test_a_solution_that_computes_only_when_it_believes_it_is_checked_fails(tmp_path):
     """Every timed call checked (a sample as large as the calls): each believer returns a stale
     output on about half of them and is caught; the honest solution passes, every timed call of
-    its handed over and the checked ones named in its result."""
+    its handed over and the checked ones named in its result. A believer is caught by a timed
+    call's check or, where its signal happened to say "checked" on every timed call (CI's VM
+    once: the gap believer, whose timed calls' gaps all exceeded its running median), by the
+    profiled call's, which comes after the timing and is judged like any other: either way a call
+    it could not tell from an unchecked one."""
     got = _run(tmp_path, BELIEVERS + ["cpp_ok"], **{"checks.timed_output_checks": 100,
                                                      "checks.secret_timed_checks": "on"})
     for name in BELIEVERS:
         assert got[name].status is Status.INCORRECT, (name, got[name].message)
-        assert got[name].message.startswith("timed "), (name, got[name].message)
+        assert got[name].message.startswith(("timed ", "the profiled call ")), (name, got[name].message)
+    assert sum(got[name].message.startswith("timed ") for name in BELIEVERS) >= len(BELIEVERS) - 1
     honest = got["cpp_ok"]
     assert honest.status is Status.OK, honest.message
     checked = honest.correctness["checked"]
