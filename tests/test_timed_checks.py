@@ -98,10 +98,10 @@ def test_a_solution_that_computes_only_when_it_believes_it_is_checked_fails(tmp_
     """Every timed call checked (a sample as large as the calls): each believer returns a stale
     output on about half of them and is caught; the honest solution passes, every timed call of
     its handed over and the checked ones named in its result. A believer is caught by a timed
-    call's check or, where its signal happened to say "checked" on every timed call (CI's VM
-    once: the gap believer, whose timed calls' gaps all exceeded its running median), by the
-    profiled call's, which comes after the timing and is judged like any other: either way a call
-    it could not tell from an unchecked one."""
+    call's check or by the profiled call's, which is judged like any other: which one reports a
+    believer first depends on the signal it reads (CI's VM once reported the gap believer, whose
+    signal is wall-clock gaps, at the profiled call). Either way a call it could not tell from
+    an unchecked one."""
     got = _run(tmp_path, BELIEVERS + ["cpp_ok"], **{"checks.timed_output_checks": 100,
                                                      "checks.secret_timed_checks": "on"})
     for name in BELIEVERS:
