@@ -102,20 +102,19 @@ def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str])
     return ext if n == len(args) else Truncated(ext, n)
 
 
+def take_option(argv: list[str], name: str, default):
+    """(the value after `name` in argv, or default; argv without the two)."""
+    if name not in argv:
+        return default, argv
+    i = argv.index(name)
+    return argv[i + 1], argv[:i] + argv[i + 2:]
+
+
 def main(argv):
-    configs, solution, dtype = [0], "fast", None
-    if "--dtype" in argv:
-        i = argv.index("--dtype")
-        dtype = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
-    if "--solution" in argv:
-        i = argv.index("--solution")
-        solution = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
-    if "--configs" in argv:
-        i = argv.index("--configs")
-        configs = [int(c) for c in argv[i + 1].split(",")]
-        argv = argv[:i] + argv[i + 2:]
+    dtype, argv = take_option(argv, "--dtype", None)
+    solution, argv = take_option(argv, "--solution", "fast")
+    configs, argv = take_option(argv, "--configs", "0")
+    configs = [int(c) for c in configs.split(",")]
     wanted, specs = argv[0].split(","), argv[1:] or ["base"]
     sys.path.insert(0, str(SHARED))
     import ct2d_fast  # noqa: E402  (builds the base extension the solutions use)

@@ -172,17 +172,18 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                              phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
         failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
         recipes = [{**e["recipe"], "compile_only": True} for e in outcome.all("recipe")]
-        return {"path": path, "work": work, "failed": failed, "recipes": [] if failed else recipes,
+        return {"path": path, "work": work, "failed": failed,  # recipes: (its cache folder, the recipe)
+                "recipes": [] if failed else [(str(compiler.folder(r)), r) for r in recipes],
                 "item": {"path": _display(Path(path)), "extensions": [r["params"]["name"] for r in recipes]}}
 
     def finish(step: dict, done: dict) -> dict:
         """The solution's item: its build step's failure, else its first recipe that failed (compiled
         again in its own folder where another solution's compile of it failed first), else ok."""
         item, failed = step["item"], step["failed"]
-        for index, recipe in enumerate(step["recipes"]):
+        for index, (key, recipe) in enumerate(step["recipes"]):
             if failed:
                 break
-            first, result = done[str(compiler.folder(recipe))]
+            first, result = done[key]
             if result.failed and first is not step:
                 result = compiler.run(recipe, step["work"] / f"compile{index}")
             failed = result.failed
@@ -201,8 +202,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             steps = list(pool.map(build_step, files))
             firsts: dict = {}  # recipe folder -> (the step that met it first, its recipe, where to compile)
             for step in steps:
-                for index, recipe in enumerate(step["recipes"]):
-                    firsts.setdefault(str(compiler.folder(recipe)), (step, recipe, step["work"] / f"compile{index}"))
+                for index, (key, recipe) in enumerate(step["recipes"]):
+                    firsts.setdefault(key, (step, recipe, step["work"] / f"compile{index}"))
 
             def compile_recipe(first):
                 step, recipe, where = first
@@ -211,7 +212,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             pending = {key: pool.submit(compile_recipe, first) for key, first in firsts.items()}
             items = []
             for step in steps:  # each printed once its recipes are done, in the files' order
-                done = {key: pending[key].result() for key in (str(compiler.folder(r)) for r in step["recipes"])}
+                done = {key: pending[key].result() for key, _ in step["recipes"]}
                 items.append(finish(step, done))
             return items
     finally:
