@@ -86,3 +86,37 @@ def test_direct_kernel_is_fp32_and_not_flagged(gpu_run):
     k = load_config(None).checks.timed_output_checks
     assert checked["shapes"] == 1 and k == 6 and checked["timed"] == min(k, checked["timed_calls"]), checked
     assert "in secret" in checked["timed_rule"], checked  # on CUDA too by default (checks.secret_timed_checks)
+
+
+# The clock fixtures on CUDA (tests/fixtures/solutions/cheat_clock_*): each makes its worker report
+# less time than its calls take: torch.cuda.Event.elapsed_time or record patched, synchronize made a
+# no-op with the work on a side stream, cudaEventElapsedTime interposed in C (a GOT entry rewritten
+# by the solution's extension), the harness's own timers or event writer patched in the worker, the
+# work moved into the handoff after each call. Each must fail as timing_untrusted or be reported
+# within 10% of its unpatched twin (the host clocks alone: CUDA events do not read them).
+CLOCKS = ["cheat_clock_event", "cheat_clock_record", "cheat_clock_sync", "cheat_clock_cudart", "cheat_clock_timer",
+          "cheat_clock_writer", "cheat_clock_handoff"]
+TWIN = "cheat_reference_output"
+
+
+@pytest.fixture(scope="module")
+def clock_run(tmp_path_factory):
+    cfg = with_overrides(load_config(None), {"device": "cuda", "results_dir": str(tmp_path_factory.mktemp("clocks")),
+                                             "timing.max_samples": 300, "timing.rounds": 15})
+    p81 = problems.select("81")[0]
+    pairs = [Pair(p81, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in [TWIN, "cheat_clock_host", *CLOCKS]]
+    return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="gpu-clocks", out=print)}
+
+
+def test_the_clock_fixtures_twin_is_vouched_for(clock_run):
+    r = clock_run[TWIN]
+    assert r.status is Status.OK and r.timing["vouch"]["ok"] is True, r.message
+    host = clock_run["cheat_clock_host"]   # slows the host's clocks only: the events are the GPU's
+    assert host.status is Status.OK and abs(host.timing["solution"]["median_ms"] / r.timing["solution"]["median_ms"] - 1) < 0.1
+
+
+@pytest.mark.parametrize("name", CLOCKS)
+def test_a_patched_clock_on_cuda_fails(clock_run, name):
+    r, twin = clock_run[name], clock_run[TWIN]
+    assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, r.message
+    assert r.timing["vouch"]["reported_ms"] < 0.6 * twin.timing["solution"]["median_ms"]   # the patch took

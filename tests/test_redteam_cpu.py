@@ -110,3 +110,38 @@ def test_extra_shape_catches_a_benchmark_only_solution(run):
 def test_seeds_recorded_with_secret(run):
     r = add(run, "cpp_ok")
     assert r.seeds["secret"] >= 0 and len(r.seeds["shapes"][0]["trials"]) == 2 and len(r.seeds["timing"]) == 2
+
+
+# The clock fixtures (tests/fixtures/solutions/cheat_clock_*): each makes its worker report less
+# time than its calls take, by a patched clock or by moving the work out of the timed call. The lane
+# keeps its own clock on the worker's blocks (harness/verdict/vouch.py): each must fail as
+# timing_untrusted or be reported within 10% of its unpatched twin. On a problem whose call is long
+# against the CPU's per-call procedure (a chain of sixty 128x128 products: ~4 ms of arithmetic, 64 kB
+# handed over), with the default config's CPU timing.
+CLOCKS = ["cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer", "cheat_clock_handoff"]
+TWIN = "cheat_reference_output"
+
+
+@pytest.fixture(scope="module")
+def clock_run(tmp_path_factory):
+    cfg = with_overrides(load_config(None), {"device": "cpu", "results_dir": str(tmp_path_factory.mktemp("results"))})
+    problem = problem_from_path(FIXTURES / "problems" / "matmul_chain.py")
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in [TWIN, *CLOCKS]]
+    return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="clocks", out=lambda line: None)}
+
+
+def test_the_unpatched_twin_is_vouched_for(clock_run):
+    r = clock_run[TWIN]
+    assert r.status is Status.OK and "timing_untrusted" not in r.flags, r.message
+    v = r.timing["vouch"]
+    assert v["ok"] is True and v["calls"]["excess_ms"] <= v["calls"]["bound_ms"]
+    assert [b["calls"] for b in r.timing["solution"]["lane_blocks"]] == [len(b) for b in r.timing["solution"]["rounds"]]
+
+
+@pytest.mark.parametrize("name", CLOCKS)
+def test_a_solution_that_patches_its_clocks_fails_or_gets_its_true_time(clock_run, name):
+    r, twin = clock_run[name], clock_run[TWIN]
+    ms, true_ms = r.timing["solution"]["median_ms"], twin.timing["solution"]["median_ms"]
+    assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, (r.message, ms, true_ms)
+    assert "the lane's clock: the lane measured" in r.message
+    assert r.timing["vouch"]["reported_ms"] < 0.6 * true_ms   # the patch took: the worker's word was a lie

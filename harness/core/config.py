@@ -59,6 +59,17 @@ class ChecksConfig:
     library_passthrough: str = "flag"   # flag | fail: GPU time dominated by library kernels
     library_share: float = 0.5          # share of the solution's GPU time that counts as dominated
     timing_consistency: str = "flag"    # flag | fail: CUDA-event time far below wall time
+    # flag | fail: the worker's reported times below what the lane's own clock saw of its calls or of
+    # its whole timed blocks, less the harness's own per-call cost there (the reference worker's), by
+    # more than timing_bound_ms + timing_bound_share x its median + timing_bound_overhead_share x that
+    # cost, + (timing_bound_noise_ms + timing_bound_noise_share x that cost) / sqrt(the calls timed)
+    # (harness/verdict/vouch.py)
+    timing_bound: str = "fail"
+    timing_bound_ms: float | str = "auto"              # auto: the device's (vouch.AUTO_BOUND)
+    timing_bound_share: float = 0.1
+    timing_bound_overhead_share: float | str = "auto"  # auto: the device's (vouch.AUTO_BOUND)
+    timing_bound_noise_share: float | str = "auto"     # ... + this / sqrt(calls timed) x that cost
+    timing_bound_noise_ms: float | str = "auto"        # ... + this / sqrt(calls timed)
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/verdict/checks.py)
     placement: str = "fail"             # flag | fail: a timed worker's thread found off the timing CPU (harness/run/placement.py)
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
@@ -194,12 +205,15 @@ def _check_value(path: str, key: str, value: Any, typ: Any) -> Any:
         if value is None and type(None) in typing.get_args(typ):
             return None
         kinds = [t for t in typing.get_args(typ) if t is not type(None)]
-        if kinds == [int, str]:
+        if kinds in ([int, str], [float, str]):
             if isinstance(value, int) and not isinstance(value, bool):
+                return value if kinds[0] is int else float(value)
+            if kinds[0] is float and isinstance(value, float):
                 return value
             if value == "auto":
                 return value
-            raise BadInput(path, f"key '{key}' must be a whole number or auto, got {type(value).__name__} {value!r}")
+            what = "a whole number" if kinds[0] is int else "a number"
+            raise BadInput(path, f"key '{key}' must be {what} or auto, got {type(value).__name__} {value!r}")
         typ = kinds[0]
     if typing.get_origin(typ) is collections.abc.Mapping:
         if not isinstance(value, Mapping):
@@ -264,9 +278,15 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         if not isinstance(shapes, list) or not all(isinstance(s, Mapping) and s for s in shapes):
             raise BadInput(where, f"correctness.extra_shapes.{key} must be a list of non-empty mappings "
                                   "(module-level constant -> value)")
-    for name in ("library_passthrough", "timing_consistency", "below_floor", "placement"):
+    for name in ("library_passthrough", "timing_consistency", "below_floor", "placement", "timing_bound"):
         if getattr(k, name) not in ("flag", "fail"):
             raise BadInput(where, f"checks.{name} must be 'flag' or 'fail', got {getattr(k, name)!r}")
+    for name in ("timing_bound_ms", "timing_bound_share", "timing_bound_overhead_share", "timing_bound_noise_share",
+                 "timing_bound_noise_ms"):
+        value = getattr(k, name)
+        if value != "auto" and (isinstance(value, str) or value < 0):
+            raise BadInput(where, f"checks.{name} must be a number >= 0{' or auto' if name != 'timing_bound_share' else ''}, "
+                                  f"got {value!r}")
     if not 0 < k.library_share <= 1 or k.timed_output_checks < 0:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
     if k.secret_timed_checks not in ("auto", "on", "off"):

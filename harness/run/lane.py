@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import placement
+from .clock import BlockClock, in_block
 from ..isolate import sandbox
 from ..isolate.channel import Channel, ChannelClosed, ProtocolError
 from .env import collect, probe
@@ -89,6 +90,7 @@ class Watch:
     broken: str = ""                                          # a protocol violation
     timed_calls: int = 0                                      # timed calls the worker announced
     timed_outputs: int = 0                                    # timed outputs it handed over
+    blocks: list = dataclasses.field(default_factory=list)    # the lane's clock on its timed blocks (clock.py)
 
 
 class Lane:
@@ -125,6 +127,7 @@ class Lane:
         """Send the request to the worker and follow it until it ends or is killed; the reference's
         rounds (`rounds`) are timed when the worker asks."""
         w = Watch()
+        clock = BlockClock()
         spare.channel.send({"op": "run", "request": request})
         phase, phase_start, other_used = "start", time.monotonic(), 0.0
         call: tuple[float, float, dict] | None = None   # (started, limit, the call event)
@@ -156,25 +159,32 @@ class Lane:
             except ProtocolError as exc:
                 w.broken = f"the worker broke the channel's protocol ({exc})"
                 break
-            self.pool.tick()
+            arrived = time.monotonic()
+            if not self.pool.frozen:  # spares are stopped while a worker times: nothing to note, and the lane's
+                self.pool.tick()      # clock on the calls (harness/run/clock.py) reads the next message at once
             if got is None:
                 continue
             message, payload = got
             event = message.get("event")
             if event == "ready":
                 continue
-            now = time.monotonic()
+            now = arrived
+            if event == "returned":  # a timed call returned (the lane's clock); its limit runs on to its handoff
+                clock.returned(now)
+                continue
             call = None
+            if clock.is_open and event not in ("round", "rounds_end") and not in_block(event, message):
+                clock.close(now, unended=f"{event} {message.get('what') or message.get('phase') or ''}".strip())
             if event == "phase":
                 if message.get("phase") == "timing":
                     self.pool.freeze()
                     if rounds is not None:
                         rounds.pause()  # it runs only for its blocks from now on
-                        rounds.place(spare.pid)  # its warm-up and blocks on the timing CPU
+                        rounds.solution.place(spare.pid)  # its warm-up and blocks on the timing CPU
                 elif phase == "timing":
                     self.pool.thaw()
                     if rounds is not None:
-                        rounds.unplace(spare.pid)
+                        rounds.solution.unplace(spare.pid)
                 key = _PHASE_KEYS.get(phase, "startup_s")
                 w.phase_s[key] = w.phase_s.get(key, 0.0) + now - phase_start
                 if phase != "build":
@@ -184,6 +194,7 @@ class Lane:
             elif event == "call":
                 what = message.get("what")
                 w.timed_calls += what in ("timed", "timed_check")
+                clock.call(what, now)
                 first = what in FIRST_CALLS or (what == "trial" and message.get("trial") == 0)
                 call = (now, limits["first_call_s"] if first else limits["call_s"], message)
             elif event in ("output", "state") and judgement is not None:
@@ -192,16 +203,22 @@ class Lane:
                     self.take(spare, message, payload, judgement)
                 except ChannelClosed:
                     break
-                spent = time.monotonic() - now
+                acked = time.monotonic()
+                spent = acked - now
                 w.handoff_s += spent
+                clock.lane_work(spent, acked)
                 phase_start += spent  # the lane's time is not the worker's
-            elif event == "round":
+            elif event in ("round", "rounds_end"):  # a timed block ends (on the lane's clock), the next begins
                 try:
-                    if rounds is not None:
-                        with stopped(spare.pid):
+                    with stopped(spare.pid):
+                        clock.close(now, rounds.wait_idle() if rounds is not None else 0.0)
+                        if rounds is not None and event == "round":
                             rounds.block(message)
-                            rounds.place(spare.pid)  # its next block on the timing CPU, as the reference's
+                            rounds.solution.place(spare.pid)  # its next block on the timing CPU, as the reference's
+                    opened = time.monotonic()
                     spare.channel.send({"op": "ack"})
+                    if event == "round":
+                        clock.open(opened)
                 except ChannelClosed:
                     break
                 spent = time.monotonic() - now
@@ -210,6 +227,8 @@ class Lane:
             else:
                 w.events.append(message)
         self.pool.thaw()
+        clock.close(time.monotonic(), unended="the worker's end")
+        w.blocks = clock.blocks
         key = _PHASE_KEYS.get(phase, "startup_s")
         w.phase_s[key] = w.phase_s.get(key, 0.0) + time.monotonic() - phase_start
         w.events.append({"event": "_phase", "phase": phase})

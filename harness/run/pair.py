@@ -17,7 +17,7 @@ from ..core.precision import baseline as baseline_of, casts, classes, loosest
 from ..compile.failures import failure, limit_hint
 from .request import _limits, _request, every_timed_call
 from .rounds import ReferenceRounds
-from .pipeline import assemble, build_of, problem_flags, timing_of, verdict
+from .pipeline import assemble, build_of, problem_flags, timing_of, verdict, vouched
 from ..core.results import EvalResult, Status
 
 
@@ -174,6 +174,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         lane.references.remember(entry, interleaved)
     timing = timing_of(outcome.events, {**refs, **interleaved,
                                         **(rounds.yardstick_timing() if rounds is not None else {})})
+    timing = vouched(timing, w.blocks, cfg["checks"], lane.device, entry.get("overhead"))
     if rounds is not None and rounds.disturbed:
         timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
     if rounds is not None and rounds.failed:
@@ -182,8 +183,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         timing["yardstick_failed"] = rounds.yardstick_failed
     if rounds is not None and rounds.cpus is not None and rounds.reference.blocks:
         timing["pinned_cpus"] = sorted(rounds.cpus)
-        if rounds.strays:
-            timing["unpinned_blocks"] = rounds.strays
+        if rounds.solution.strays:
+            timing["unpinned_blocks"] = rounds.solution.strays
     if failed and (outcome.last("error") or {}).get("cuda_error"):
         t0 = time.monotonic()
         failed = diagnose(lane, job, failed, limits)

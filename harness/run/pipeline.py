@@ -21,7 +21,8 @@ from ..compile.build import write_manifest
 from ..core.config import Config
 from ..verdict.checks import below_floor
 from ..verdict.guards import timing_consistent
-from ..verdict.timing import for_device, ratio_interval
+from ..verdict.timing import for_device, ratio_interval, summarize
+from ..verdict.vouch import bound_slack, calls_interval, compact, vouch
 from ..compile.failures import failure, limit_hint
 from ..isolate.isolation import Outcome, run_module
 from ..core.precision import baseline as baseline_of
@@ -234,12 +235,13 @@ def assemble(job: dict[str, Any], status: Status, message: str, detail: str = ""
 
 
 def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict[str, Any]:
-    """The timing block: the references' stats and the solution's, the event time replaced by
-    the wall time where they disagree (guards.timing_consistent)."""
+    """The timing block: the references' stats and the solution's (its statistics computed here
+    from the times it reported, not taken from its worker), the event time replaced by the wall
+    time where they disagree (guards.timing_consistent)."""
     timing: dict[str, Any] = dict(references)
     for event in events:
         if event.get("event") == "timing":
-            timing[event["role"]] = dict(event["stats"])
+            timing[event["role"]] = recomputed(dict(event["stats"]))
     for role, stats in timing.items():
         if "wall_median_ms" in stats and not timing_consistent(stats["median_ms"], stats["wall_median_ms"]):
             stats = dict(stats)
@@ -247,6 +249,65 @@ def timing_of(events: list[dict[str, Any]], references: dict[str, dict]) -> dict
             stats["median_ms"] = stats["wall_median_ms"]
             timing[role] = stats
     return timing
+
+
+def recomputed(stats: dict[str, Any]) -> dict[str, Any]:
+    """A worker's timing stats with every statistic computed from its reported rounds (its
+    median, quartiles and count are its word only as far as its times are)."""
+    samples = [float(x) for block in stats.get("rounds") or [] for x in block]
+    if not samples:
+        return stats
+    return {**stats, **summarize(samples, str(stats.get("timer", ""))).__dict__}
+
+
+def vouched(timing: dict[str, Any], blocks: list[dict[str, Any]], checks: dict[str, Any], device: str,
+            fallback: dict[str, float] | None = None) -> dict[str, Any]:
+    """The timing block with the lane's clock on the solution's timed blocks (`solution.lane_blocks`)
+    and its judgement of the times the worker reported (`vouch`: harness/verdict/vouch.py), against
+    the reference worker's blocks of the same rounds (the interleaved reference's `lane_blocks`);
+    every role's lane blocks compacted as a result keeps them (vouch.compact)."""
+    timing = dict(timing)
+    solution = timing.get("solution")
+    if solution and solution.get("rounds"):
+        reference = next((s for s in timing.values() if isinstance(s, dict) and s.get("lane_blocks")
+                          and s.get("measured_in") == "reference worker" and not s.get("reused")), {})
+        timing["vouch"] = vouch(solution["rounds"], blocks, reference.get("rounds") or [],
+                                reference.get("lane_blocks") or [], bound_slack(checks, device), fallback=fallback,
+                                calls_key=calls_interval(device))
+        timing["solution"] = {**solution, "lane_blocks": blocks}
+        untrusted = _yardstick_untrusted(timing.get("yardstick"), reference, checks, device)
+        if untrusted:   # the gate calls no change on times the lane cannot vouch for (record/gate.py)
+            timing.pop("yardstick")
+            timing["yardstick_failed"] = untrusted
+    for role, stats in list(timing.items()):
+        if isinstance(stats, dict):
+            timing[role] = _compacted(stats)
+    return timing
+
+
+def _yardstick_untrusted(then: dict[str, Any] | None, reference: dict[str, Any], checks: dict[str, Any],
+                         device: str) -> str:
+    """Why a gate's yardstick worker's times are not vouched for ('' where they are, or it has
+    none): it imports the solution, so its reported blocks, then's and now's, are held to the
+    lane's clock on them as the solution's are, against the reference worker's blocks (not of the
+    same rounds: compared with their median)."""
+    if not then or checks.get("timing_bound", "fail") != "fail" or not reference.get("lane_blocks"):
+        return ""
+    for role, stats in (("then", then), ("now", then.get("now") or {})):
+        if stats.get("rounds") and stats.get("lane_blocks"):
+            judged = vouch(stats["rounds"], stats["lane_blocks"], reference["rounds"], reference["lane_blocks"],
+                           bound_slack(checks, device), paired=False, calls_key=calls_interval(device))
+            if judged.get("ok") is False:
+                return f"the yardstick worker's times for '{role}' are not vouched for by the lane's clock: {judged['why']}"
+    return ""
+
+
+def _compacted(stats: dict[str, Any]) -> dict[str, Any]:
+    if stats.get("lane_blocks"):
+        stats = {**stats, "lane_blocks": compact(stats.get("rounds") or [], stats["lane_blocks"])}
+    if isinstance(stats.get("now"), dict):
+        stats = {**stats, "now": _compacted(stats["now"])}
+    return stats
 
 
 def speedup(timing: dict[str, Any], cls: str, run: str = "fp32", *, aa: bool = False, confidence: float = 0.95,
@@ -289,6 +350,12 @@ def flags_of(checks: dict[str, Any], timing: dict[str, Any], profile: dict[str, 
         flags.append("library_passthrough")
         if checks["library_passthrough"] == "fail":
             failures.append("library_passthrough")
+    judged = timing.get("vouch") or {}
+    if judged.get("ok") is False or (judged and judged.get("ok") is None and judged.get("why") != "no timed block"):
+        flag = "timing_untrusted" if judged.get("ok") is False else "timing_unvouched"
+        flags.append(flag)
+        if checks.get("timing_bound", "fail") == "fail":
+            failures.append(flag)
     if "event_median_ms" in (timing.get("solution") or {}):
         flags.append("timing_inconsistent")
         if checks["timing_consistency"] == "fail":
@@ -347,5 +414,7 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
     floor_line = below_floor(timing, (problem_checks or {}).get("floor"))
     if floor_line:
         message += f"; {floor_line}"
+    if {"timing_untrusted", "timing_unvouched"} & set(flags):
+        message += f"; the lane's clock: {timing['vouch']['why']}"
     return status, message, "done", {"timing": timing, "correctness": report, "profile": profile,
                                      "flags": tuple(flags)}

@@ -152,3 +152,33 @@ def strays(pid: int, cpus: frozenset[int]) -> list[int]:
         except OSError:
             pass
     return out
+
+
+class TimedWorker:
+    """A pair's solution worker on the timing CPUs `cpus` (None: not pinned) while it times, and
+    back on the lane's `home` CPUs after, counting the blocks after which a thread of it was found
+    elsewhere (`strays`)."""
+
+    def __init__(self, cpus: frozenset[int] | None, home: frozenset[int]):
+        self.cpus, self.home = cpus, home
+        self.strays = 0
+        self.placed = False
+
+    def place(self, pid: int) -> None:
+        """Before a block of worker `pid`: what ran since its last block off the timing CPU is
+        counted, then every thread of it pinned there (new threads too)."""
+        if self.cpus is None:
+            return
+        if self.placed and strays(pid, self.cpus):
+            self.strays += 1
+        pin(pid, self.cpus)
+        self.placed = True
+
+    def unplace(self, pid: int) -> None:
+        """Its timing done: its last block checked, the worker back on the lane's CPUs."""
+        if not self.placed:
+            return
+        if strays(pid, self.cpus):
+            self.strays += 1
+        pin(pid, self.home)
+        self.placed = False

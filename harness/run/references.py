@@ -58,9 +58,16 @@ class References:
     @staticmethod
     def remember(entry: dict[str, Any], timed: dict[str, dict]) -> None:
         """A pair's interleaved measurement of a role (rounds.ReferenceRounds.timing): shown for that
-        role to the problem's later pairs that compare with the other one, while the entry is fresh."""
+        role to the problem's later pairs that compare with the other one, while the entry is fresh;
+        and the harness's cost per timed call measured in its blocks, which vouches
+        for a later pair's times where its reference worker fails (`overhead`: harness/verdict/vouch.py)."""
+        from ..verdict.vouch import overheads
         for role, stats in timed.items():
             entry["latest"][role] = (time.monotonic(), stats)
+            for key in ("ms", "inner", "cycle"):  # the harness's cost per timed call, for a pair whose reference worker
+                cost = overheads(stats.get("rounds") or [], stats.get("lane_blocks") or [], key)  # times no block
+                if cost:
+                    entry.setdefault("overhead", {})[key] = sorted(cost)[len(cost) // 2]
 
     # calls timed per role when a problem's reference is first measured: an estimate of its time,
     # for the per-call limits, the rounds' planning and the column of the role a pair is not

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import placement
+from .clock import BlockClock
 from ..isolate.channel import ChannelClosed
 from ..isolate.isolation import tail
 from .pool import kill, signal_spare
@@ -32,6 +33,8 @@ class BlockWorker:
         self.fresh = spare.state != "serving"   # its set-up is still to come
         self.blocks: list[list[float]] = []
         self.by_role: dict[str, list[list[float]]] = {}
+        self.clock = BlockClock()   # the lane's clock on its blocks (harness/run/clock.py), by role in lane_by_role
+        self.lane_by_role: dict[str, list[dict[str, Any]]] = {}
         self.gpu_s = 0.0
         self.failed = ""
         self.versions: dict[str, Any] = {}   # a yardstick worker's "versions" event (the roles it serves)
@@ -61,13 +64,15 @@ class BlockWorker:
             return False
         self.blocks.append(block)
         self.by_role.setdefault(role, []).append(block)
+        self.lane_by_role.setdefault(role, []).append(self.clock.blocks[-1])
         self.gpu_s += sum(block) / 1e3
         return True
 
     def _serve(self, role: str, calls: int) -> list[float]:
         """Ask, then follow the worker (its calls bounded as the solution's, its outputs taken as
         the solution's) until it reports the block's times."""
-        spare = self.spare
+        spare, clock = self.spare, self.clock
+        clock.open(time.monotonic())
         spare.channel.send({"op": "block", "role": role, "calls": calls})
         setup_limit = self.limits["first_call_s"] + (self.limits["run_s"] if self.fresh else 0.0)
         deadline = time.monotonic() + setup_limit + calls * self.limits["call_s"]
@@ -82,25 +87,39 @@ class BlockWorker:
                 continue
             message, payload = got
             event = message.get("event")
+            now = time.monotonic()
+            if event == "returned":
+                clock.returned(now)
             if event == "block":
+                clock.close(now)
                 self.fresh, spare.state = False, "serving"
                 return [float(x) for x in message["ms"]]
+            if event == "warmed":   # its warm-up (and a fresh worker's set-up) done: the block starts at the ack
+                opened = time.monotonic()
+                spare.channel.send({"op": "ack"})
+                clock.open(opened)
+            if event == "call":
+                clock.call(message.get("what"), now)
             if event == "error":
                 raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
             if event == "versions":
                 self.versions = message
             if event == "output":
-                t0 = time.monotonic()
                 self.lane.take(spare, message, payload, self.sink)
-                self.handoff_s += time.monotonic() - t0
+                acked = time.monotonic()
+                spent = acked - now
+                self.handoff_s += spent
+                clock.lane_work(spent, acked)
 
     def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
         """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""
         from .pipeline import now
         from ..verdict.timing import stats_of
         blocks = self.blocks if role is None else self.by_role.get(role, [])
+        lane = self.clock.blocks if role is None else self.lane_by_role.get(role, [])
         stats = stats_of([x for block in blocks for x in block], SimpleNamespace(name=timer_name))
-        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in blocks]}
+        return {**stats, "interleaved": True, "measured_at": now(), "rounds": [[round(x, 5) for x in b] for b in blocks],
+                "lane_blocks": list(lane)}
 
 
 class ReferenceRounds:
@@ -144,11 +163,11 @@ class ReferenceRounds:
         self.role: str | None = None
         self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
         self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
-        # both workers on the lane's timing CPU while timed (harness/run/placement.py)
+        # both workers on the lane's timing CPU while timed (harness/run/placement.py): the solution's
+        # worker by `solution` (place, unplace), the block workers for their blocks
         self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
                                           lane.cpus)
-        self.strays = 0              # blocks after which a thread of the solution's worker was off self.cpus
-        self.placed = False          # the solution's worker pinned (from its timing phase on)
+        self.solution = placement.TimedWorker(self.cpus, lane.cpus)
         self.calls = 1               # the calls of the solution's last round (times gate_step: the yardstick's)
         self.settled = 0             # the yardstick's rounds added after the solution's (settle)
         self.pair_rounds: list[int] = []   # the solution's rounds the yardstick timed a round in
@@ -195,25 +214,6 @@ class ReferenceRounds:
         if self.yardstick is not None:
             self.yardstick.pause()
 
-    def place(self, pid: int) -> None:
-        """Before a block of the solution's worker `pid`: what ran since its last block off the
-        timing CPU is counted, then every thread of it pinned there (new threads too)."""
-        if self.cpus is None:
-            return
-        if self.placed and placement.strays(pid, self.cpus):
-            self.strays += 1
-        placement.pin(pid, self.cpus)
-        self.placed = True
-
-    def unplace(self, pid: int) -> None:
-        """The solution's timing done: its last block checked, the worker back on the lane's CPUs."""
-        if not self.placed:
-            return
-        if placement.strays(pid, self.cpus):
-            self.strays += 1
-        placement.pin(pid, self.lane.cpus)
-        self.placed = False
-
     def block(self, message: dict[str, Any]) -> None:
         """The blocks before the solution's round `message` (its "round" event): the reference's,
         then the yardstick's, "then" and "now" in turns (as many calls each as the solution's round;
@@ -227,7 +227,7 @@ class ReferenceRounds:
             except ChannelClosed as exc:
                 self.reference.failed = f"the reference worker failed: {exc}"
             else:
-                self._wait_idle()
+                self.wait_idle()
                 self.reference.serve(self.role, each, self.cpus)
             if self.reference.failed:
                 self._end(self.reference)
@@ -250,7 +250,7 @@ class ReferenceRounds:
         for role in ("then", "now") if n % 2 == 0 else ("now", "then"):
             if role == "now" and "now" not in y.versions.get("roles", ()):
                 continue
-            self._wait_idle()
+            self.wait_idle()
             if not y.serve(role, calls, self.cpus):
                 self._end(y)
                 break
@@ -289,23 +289,28 @@ class ReferenceRounds:
         return gate_can_stop(*recorded, float(self.t.get("confidence", 0.95)),
                              float(self.t.get("gate_max_regression", 0.05)), share)[0]
 
-    def _wait_idle(self, limit_s: float = 2.0) -> None:
+    def wait_idle(self, limit_s: float = 2.0) -> float:
+        """Wait until a tiny kernel of the lane's runs at once (the GPU idle), at most `limit_s`
+        (then `disturbed` says how long the last probe took); returns the seconds waited where the
+        first probe found the GPU busy (after a block of the solution's worker: work it left
+        running, which the lane's clock charges to that block), 0.0 where it was idle at once."""
         if self.lane.device != "cuda":
-            return
+            return 0.0
         import torch
         torch.cuda.synchronize()
         probe = torch.empty(1, device="cuda")
-        start = time.perf_counter()
+        start, first = time.perf_counter(), True
         while True:
             t0 = time.perf_counter()
             probe.zero_()
             torch.cuda.synchronize()
             waited_ms = (time.perf_counter() - t0) * 1e3
             if waited_ms < self.IDLE_MS:
-                return
+                return 0.0 if first else time.perf_counter() - start
+            first = False
             if time.perf_counter() - start > limit_s:
                 self.disturbed = max(self.disturbed, waited_ms)
-                return
+                return time.perf_counter() - start
             time.sleep(0.001)
 
     def _end(self, worker: BlockWorker) -> None:

@@ -35,7 +35,9 @@ class TimedCalls:
         are the same until each has returned. Otherwise a timed call is the next input set
         copied in place, the call announced and timed, and `checked_call` is for the
         `checks.timed_output_checks` calls after the timed ones (time_model). `every` False: no
-        call handed over, whatever the checks say (a yardstick's blocks with timing.gate_handoff off)."""
+        call handed over, whatever the checks say (a yardstick's blocks with timing.gate_handoff off).
+        Each timed call is announced ("call") and said to have returned ("returned") as soon as the
+        timer has it: the lane's own clock on the call between the two (harness/run/clock.py)."""
         checks = self.req["checks"]
         every = bool(checks.get("every_timed_call")) if every is None else every
         state: dict[str, Any] = {"out": None, "n": 0}
@@ -56,6 +58,7 @@ class TimedCalls:
             state["n"] += 1
             self.call(what, trial=state["n"])
             ms = timer(call)
+            self.events.emit("returned")   # the lane's clock on the call stops here (harness/run/clock.py)
             self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=state["n"], seed=seed)
             state["out"] = None
             return ms
@@ -65,7 +68,9 @@ class TimedCalls:
                 return checked_call("timed")
             pool.refresh()
             self.call("timed")
-            return timer(call)
+            ms = timer(call)
+            self.events.emit("returned")
+            return ms
 
         return timed, checked_call
 
@@ -82,7 +87,9 @@ class TimedCalls:
         before each round the lane has a reference worker time a block of the reference (this
         process waits, stopped), then this process times a block of the solution, so that both
         see the same machine. The number of calls follows the stopping rule for the call's time
-        in the warm-up. Each call is made by timed_calls."""
+        in the warm-up. Each call is made by timed_calls. These times are this process's word: the
+        lane keeps its own clock on each block, between the exchanges that start and end it, and
+        vouches for them only where the two agree (harness/verdict/vouch.py)."""
         t = self.req["timing"]
         every = bool(self.req["checks"].get("every_timed_call"))
         pool = self.fresh_inputs(problem)
@@ -97,6 +104,9 @@ class TimedCalls:
             if moving:
                 pool.move()
             blocks.append([timed() for _ in range(each)])
+        # the last block ends as the others do, by an exchange: the lane closes it on its own clock
+        # once the GPU is idle (harness/run/clock.py), before anything else of this process runs
+        self.events.exchange("rounds_end", of=rounds)
         samples = [x for block in blocks for x in block]
         self.gpu["timed_s"] += sum(samples) / 1e3
         self.gpu["warmup_s"] += sum(warmup_ms) / 1e3
@@ -214,6 +224,7 @@ class TimedCalls:
                     model = models[role] if role in models else models[""]
                     roles[role] = self.timed_calls(model, pool, timer, every)[0]
                     self.gpu["warmup_s"] += sum(roles[role]() for _ in range(max(1, t["warmup"]))) / 1e3
+                    self.events.exchange("warmed", role=role)  # the lane's clock on the block starts at its ack
                 block = [roles[role]() for _ in range(int(op["calls"]))]
             self.gpu["timed_s"] += sum(block) / 1e3
             self.events.emit("block", role=role, ms=block)

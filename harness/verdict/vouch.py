@@ -1,0 +1,188 @@
+"""What the lane can vouch for of a worker's times.
+
+A worker's times are its own word: the solution runs in that process and can patch every clock
+it reads (torch.cuda.Event.elapsed_time, time.perf_counter, the harness's own timer and event
+writer, cudaEventElapsedTime in C). The lane, another process, keeps its own clock on each of the
+worker's timed blocks (harness/run/clock.py): from the moment it lets the block start to the
+moment the worker says it ended, less the lane's own work in between (taking outputs, while the
+worker is stopped), plus any wait for the GPU to go idle after it (work the worker left running),
+with the timed calls it saw announced. That wall holds the calls and the harness's own procedure
+around each (the next inputs, the L2 flush, synchronizations, the handoff). The reference worker,
+which runs no solution code, makes its calls by the same procedure in the same rounds, and its
+times are trusted: its wall less its times is what the procedure costs per call.
+
+So for each block the solution's worker's per-call overhead (its lane wall less the times it
+reported, per call) should be the reference worker's, within noise. A worker that reports less
+than its calls took leaves the difference in that overhead: `excess_ms`, the median over the
+rounds of the two overheads' difference. Where it exceeds `slack_ms + slack_share x` the reported
+median, the times are not vouched for (`timing_untrusted`); as does a block whose count of
+reported times is not the count of calls the lane saw, or that the worker ended other than by
+the lane's closing exchange. The lane's figure is not put in the worker's place: it is a mean
+over blocks that carries another process's overhead, so it would move honest results by that
+noise; a worker that disagrees with the lane by more than the A/A noise was patched, and there
+is nothing to correct (docs/evaluation.md, "The lane's clock")."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+# checks.timing_bound_ms, timing_bound_overhead_share and timing_bound_noise_share where the config
+# says auto, by device, the overhead share by interval. On the H200 (docs/harness-perf.md, "The
+# lane's clock"), over the family's main command and A/A runs (38 honest pairs), a call's interval
+# exceeded the reference worker's by at most 1.3% of the reported median, the whole block's by at
+# most 0.47 ms on an 8.3 ms call, every call under 3 ms by nothing. A CPU lane's per-call procedure
+# is milliseconds (outputs and inputs cross as bytes), and on a 2-core VM its reading of a message
+# lags by up to ~0.4 ms more after a longer idle wait (an idle virtual CPU is woken late), which no
+# mean over calls removes: a CPU lane allows 0.5 ms a call, and a call's interval there holds the
+# inputs' refresh. What a mean over n calls does remove is allowed as noise_ms / sqrt(n) (on the CPU,
+# fast.yaml's three one-call blocks of a tiny problem's A/A came out 0.56 ms apart).
+AUTO_BOUND = {"cuda": {"ms": 0.005, "noise_ms": 0.02, "calls_overhead_share": 0.0, "block_overhead_share": 0.25,
+                       "noise_share": 1.0},
+              "cpu": {"ms": 0.5, "noise_ms": 2.0, "calls_overhead_share": 0.5, "block_overhead_share": 0.5,
+                      "noise_share": 3.0}}
+
+
+def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
+    """checks.timing_bound_* (the config's checks section as a dict) as vouch() takes them, auto as
+    the device's (AUTO_BOUND)."""
+    auto = AUTO_BOUND["cuda" if device == "cuda" else "cpu"]
+    pick = lambda key, name: auto[name] if checks.get(key, "auto") == "auto" else float(checks[key])  # noqa: E731
+    return {"ms": pick("timing_bound_ms", "ms"), "share": float(checks.get("timing_bound_share", 0.1)),
+            "calls_overhead_share": pick("timing_bound_overhead_share", "calls_overhead_share"),
+            "block_overhead_share": pick("timing_bound_overhead_share", "block_overhead_share"),
+            "noise_share": pick("timing_bound_noise_share", "noise_share"),
+            "noise_ms": pick("timing_bound_noise_ms", "noise_ms")}
+
+
+def calls_interval(device: str) -> str:
+    """Which of the lane's intervals of a call vouches for it (harness/run/clock.py): from its
+    announcement on a CUDA lane (its workers pinned apart from the lane), from the lane's own
+    last word on a CPU lane (where the worker's threads can hold every core)."""
+    return "inner" if device == "cuda" else "cycle"
+
+
+def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str = "ms") -> list[float]:
+    """Per block, the harness's cost per call outside the reported time on one of the lane's
+    intervals (ms): "ms", the whole block's wall less the reported times, per call; "inner" or
+    "cycle", a call's own interval (harness/run/clock.py), the median over the block's calls of
+    each one's interval less its reported time (a stray delay of the lane's reading moves one call,
+    not the block), or, once compacted, that median as kept (`<key>_ovh_ms`)."""
+    out = []
+    for times, block in zip(reported, lane):
+        if not block.get("calls"):
+            continue
+        if key == "ms":
+            out.append((block["ms"] - sum(times)) / block["calls"])
+        elif f"{key}_ovh_ms" in block:
+            out.append(block[f"{key}_ovh_ms"])
+        elif block.get(key) and len(block[key]) == len(times):
+            out.append(statistics.median([a - b for a, b in zip(block[key], times)]))
+    return out
+
+
+def compact(reported: list[list[float]], lane: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lane's blocks as a result keeps them: each call's intervals replaced by their median
+    overhead per block (`inner_ovh_ms`, `cycle_ovh_ms`) and their per-call mean (`inner_ms`,
+    `cycle_ms`)."""
+    kept = []
+    for index, block in enumerate(lane):
+        block = dict(block)
+        times = reported[index] if index < len(reported) else []
+        for key in ("inner", "cycle"):
+            calls = block.pop(key, None)
+            if calls:
+                block[f"{key}_ms"] = round(sum(calls) / len(calls), 5)
+                if len(calls) == len(times):
+                    block[f"{key}_ovh_ms"] = round(statistics.median([a - b for a, b in zip(calls, times)]), 5)
+        kept.append(block)
+    return kept
+
+
+def per_call(lane: list[dict[str, Any]], key: str) -> list[float]:
+    """The lane's time per call of each block on interval `key` (ms)."""
+    if key == "ms":
+        return [b["ms"] / b["calls"] for b in lane if b.get("calls")]
+    return [sum(b[key]) / len(b[key]) if isinstance(b.get(key), list) and b[key] else b.get(f"{key}_ms", 0.0)
+            for b in lane if b.get("calls")]
+
+
+def disagreement(reported: list[list[float]], lane: list[dict[str, Any]]) -> str:
+    """Why the reported blocks cannot be the blocks the lane saw ('' where they can)."""
+    if len(reported) != len(lane):
+        return f"the worker reported {len(reported)} timed block(s) where the lane saw {len(lane)}"
+    for index, (times, block) in enumerate(zip(reported, lane)):
+        if block.get("unended"):
+            return (f"block {index} ended by a '{block['unended']}' message, not by the closing exchange the "
+                    f"harness's worker makes")
+        if len(times) != block["calls"]:
+            return f"block {index}: the worker reported {len(times)} time(s) where the lane saw {block['calls']} call(s)"
+        if block.get("returns", block["calls"]) != block["calls"]:
+            return (f"block {index}: the worker said {block['returns']} of its {block['calls']} timed call(s) "
+                    f"returned (the harness's worker says it of each)")
+        if any(not 0 <= x < float("inf") for x in times):
+            return f"block {index}: a reported time is negative or not a number"
+    return ""
+
+
+def excess(mine: list[float], theirs: list[float], paired: bool) -> float:
+    """The median over rounds of mine - theirs (paired where both have a block in every round),
+    else the difference of the medians."""
+    if paired and len(mine) == len(theirs):
+        return statistics.median([m - t for m, t in zip(mine, theirs)])
+    return statistics.median(mine) - statistics.median(theirs)
+
+
+def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_reported: list[list[float]],
+          reference_lane: list[dict[str, Any]], slack: dict[str, float], paired: bool = True,
+          fallback: dict[str, float] | None = None, calls_key: str = "inner") -> dict[str, Any]:
+    """The lane's judgement of a worker's reported blocks (`reported`: its times per block, ms;
+    `lane`: the lane's blocks, {"ms", "calls", "inner", "cycle", ...}) against the reference
+    worker's (trusted), on two of the lane's intervals: each call's own (`calls`: `calls_key`,
+    "inner" from its announcement to its "returned", or "cycle" from the lane's last word to it:
+    harness/run/clock.py), where a patched clock shows at once; and the whole block (`block`),
+    where work moved out of the calls' intervals shows too, against a larger and noisier
+    overhead. `slack`: {"ms", "noise_ms", "share", "calls_overhead_share", "block_overhead_share",
+    "noise_share"}: each comparison allows an excess of ms + noise_ms / sqrt(n) + share x the
+    reported median + (its overhead share + noise_share / sqrt(n)) x the procedure's own cost in
+    that interval, n the calls timed (the lane's noise on a mean over few calls is larger).
+    `paired`: block i of each was timed in the same round. `fallback`: the procedure's per-call
+    costs by interval measured earlier (for a pair whose reference worker timed no block).
+    Returns {"ok", "why", "reported_ms", "blocks",
+    "calls": {...}, "block": {...}}, each part with the lane's time per call (`lane_ms`), the
+    procedure's (`overhead_ms`), the `excess_ms` and the `bound_ms`; "ok" None where nothing
+    could be vouched for (why says)."""
+    why = disagreement(reported, lane)
+    times = [x for block in reported for x in block]
+    out: dict[str, Any] = {"blocks": len(lane), "reported_ms": round(statistics.median(times), 6) if times else None}
+    if why:
+        return {**out, "ok": False, "why": why}
+    if not times:
+        return {**out, "ok": None, "why": "no timed block"}
+    root = math.sqrt(len(times))   # a mean over n calls: its noise as 1/sqrt(n)
+    fixed = slack.get("ms", 0.0) + slack.get("noise_ms", 0.0) / root + slack.get("share", 0.0) * out["reported_ms"]
+    noise = slack.get("noise_share", 0.0) / root
+    out["ok"] = True
+    for part, key in (("calls", calls_key), ("block", "ms")):
+        mine, theirs = overheads(reported, lane, key), overheads(reference_reported, reference_lane, key)
+        if not mine:
+            continue
+        if theirs:
+            base, over = statistics.median(theirs), excess(mine, theirs, paired)
+        elif fallback and key in fallback:
+            base, over = fallback[key], statistics.median(mine) - fallback[key]
+        else:
+            return {**out, "ok": None, "why": "the reference worker timed no block, and no earlier pair of the problem "
+                                              "measured the harness's cost per call"}
+        bound = fixed + (slack.get(f"{part}_overhead_share", 0.0) + noise) * max(base, 0.0)
+        lane_ms = statistics.median(per_call(lane, key))
+        out[part] = {"interval": key, "lane_ms": round(lane_ms, 6), "overhead_ms": round(base, 6), "excess_ms": round(over, 6),
+                     "bound_ms": round(bound, 6)}
+        if over > bound and out["ok"]:
+            out["ok"] = False
+            where = "of its timed blocks, whole" if part == "block" else "of its calls, each to its return"
+            out["why"] = (f"the lane measured {lane_ms:.4g} ms per call {where}, of which the harness's own "
+                          f"procedure takes {base:.4g} ms (the reference worker's, in the same rounds): its calls "
+                          f"took about {out['reported_ms'] + over:.4g} ms where the worker reported "
+                          f"{out['reported_ms']:.4g} ms (at most {bound:.3g} ms more is allowed)")
+    return out

@@ -1,0 +1,181 @@
+"""harness/verdict/vouch.py: the lane's judgement of a worker's reported times against its own clock,
+and harness/run/clock.py, the clock that feeds it (pure: times given, nothing run)."""
+import pytest
+
+from harness.run.clock import BlockClock, in_block
+from harness.run.pipeline import flags_of, vouched
+from harness.verdict.vouch import AUTO_BOUND, bound_slack, calls_interval, compact, disagreement, overheads, vouch
+
+CUDA = {**bound_slack({}, "cuda"), "noise_ms": 0.0}   # the tests' numbers without the lane's own noise term
+
+
+def blocks(times_ms, inner_ovh, block_ovh, rounds=10, calls=10, cycle_ovh=None):
+    """(reported, lane) for `rounds` blocks of `calls` calls of `times_ms`, the lane's intervals
+    holding the harness's per-call overheads given (ms)."""
+    reported = [[times_ms] * calls for _ in range(rounds)]
+    cycle_ovh = inner_ovh if cycle_ovh is None else cycle_ovh
+    lane = [{"ms": calls * (times_ms + block_ovh), "calls": calls, "returns": calls,
+             "inner": [times_ms + inner_ovh] * calls, "cycle": [times_ms + cycle_ovh] * calls}
+            for _ in range(rounds)]
+    return reported, lane
+
+
+def test_an_honest_worker_is_vouched_for():
+    ref = blocks(1.8, 0.15, 1.0)
+    mine = blocks(0.45, 0.15, 1.0)
+    v = vouch(*mine, *ref, CUDA)
+    assert v["ok"] is True and v["calls"]["excess_ms"] == pytest.approx(0) and v["block"]["excess_ms"] == pytest.approx(0)
+    assert v["calls"]["overhead_ms"] == pytest.approx(0.15) and v["block"]["lane_ms"] == pytest.approx(1.45)
+
+
+def test_a_patched_clock_shows_in_the_calls_interval():
+    """Reported at 0.3x: the lane's intervals hold the whole call, so the overhead the worker leaves
+    unexplained is 0.7 of the call's time, past the bound (5 us + 10% of the reported median)."""
+    ref = blocks(1.8, 0.15, 1.0)
+    true_ms = 1.8
+    reported, lane = blocks(true_ms, 0.15, 1.0)
+    patched = [[x * 0.3 for x in b] for b in reported]
+    v = vouch(patched, lane, *ref, CUDA)
+    assert v["ok"] is False and v["calls"]["excess_ms"] == pytest.approx(0.7 * true_ms)
+    assert "reported 0.54 ms" in v["why"] and "took about 1.8 ms" in v["why"]
+
+
+def test_work_moved_out_of_the_call_shows_in_the_whole_block():
+    """The call itself fast and honestly timed, the work in the handoff after it: the calls'
+    intervals agree, the block's carries the work."""
+    ref = blocks(1.8, 0.15, 1.0)
+    reported, lane = blocks(0.06, 0.15, 1.0 + 1.8)
+    v = vouch(reported, lane, *ref, CUDA)
+    assert v["calls"]["excess_ms"] == pytest.approx(0) and v["block"]["excess_ms"] == pytest.approx(1.8)
+    assert v["ok"] is False and "timed blocks, whole" in v["why"]
+
+
+def test_the_bound_allows_the_noise_it_is_set_for():
+    ref = blocks(1.0, 0.1, 1.0)   # 100 calls: the noise term is noise_share / 10 of the procedure's cost
+    slack = {"ms": 0.005, "share": 0.1, "calls_overhead_share": 0.0, "block_overhead_share": 0.25, "noise_share": 1.0}
+    # calls: 5 us + 10% of 1 ms + 0.1 x 0.1 ms = 0.115 ms; block: 0.105 + (0.25 + 0.1) x 1 ms = 0.455 ms
+    assert vouch(*blocks(1.0, 0.1 + 0.11, 1.0 + 0.11), *ref, slack)["ok"] is True
+    assert vouch(*blocks(1.0, 0.1 + 0.12, 1.0 + 0.12), *ref, slack)["ok"] is False
+    assert vouch(*blocks(1.0, 0.1, 1.0 + 0.45), *ref, slack)["ok"] is True
+    assert vouch(*blocks(1.0, 0.1, 1.0 + 0.46), *ref, slack)["ok"] is False
+    # fewer calls, more noise allowed: 4 calls, noise 0.5 x the cost
+    few = blocks(1.0, 0.1, 1.0, rounds=4, calls=1)
+    assert vouch(*blocks(1.0, 0.1, 1.0 + 0.8, rounds=4, calls=1), *few, slack)["ok"] is True
+    assert vouch(*blocks(1.0, 0.1, 1.0 + 0.9, rounds=4, calls=1), *few, slack)["ok"] is False
+
+
+def test_rounds_are_compared_in_pairs():
+    """A round where both sides were slow (the machine's) cancels out; one side alone does not."""
+    ref_r, ref_l = blocks(1.0, 0.1, 1.0, rounds=5)
+    mine_r, mine_l = blocks(1.0, 0.1, 1.0, rounds=5)
+    for side in (ref_l, mine_l):
+        for block in side[:3]:   # three of five rounds 0.5 ms a call slower, both sides
+            block["inner"] = [x + 0.5 for x in block["inner"]]
+            block["ms"] += 5.0
+    assert vouch(mine_r, mine_l, ref_r, ref_l, CUDA)["ok"] is True
+    assert vouch(mine_r, mine_l, ref_r, ref_l, CUDA, paired=False)["ok"] is True   # medians alike too
+    assert vouch(mine_r, mine_l, *blocks(1.0, 0.1, 1.0, rounds=5), CUDA)["ok"] is False
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r, l: r.pop(), "reported 9 timed block(s) where the lane saw 10"),
+    (lambda r, l: r[3].pop(), "block 3: the worker reported 9 time(s) where the lane saw 10 call(s)"),
+    (lambda r, l: l[2].update(returns=3), "said 3 of its 10 timed call(s) returned"),
+    (lambda r, l: l[9].update(unended="timing"), "ended by a 'timing' message"),
+    (lambda r, l: r[0].__setitem__(0, float("nan")), "negative or not a number"),
+    (lambda r, l: r[0].__setitem__(0, -1.0), "negative or not a number"),
+])
+def test_reported_blocks_must_be_the_blocks_the_lane_saw(change, says):
+    reported, lane = blocks(1.0, 0.1, 1.0)
+    change(reported, lane)
+    v = vouch(reported, lane, *blocks(1.0, 0.1, 1.0), CUDA)
+    assert v["ok"] is False and says in v["why"], v["why"]
+    assert disagreement(reported, lane) == v["why"]
+
+
+def test_without_the_reference_workers_blocks_an_earlier_measurement_stands_in():
+    mine = blocks(1.0, 0.1, 1.0)
+    v = vouch(*mine, [], [], CUDA)
+    assert v["ok"] is None and "no earlier pair" in v["why"]
+    v = vouch(*mine, [], [], CUDA, fallback={"inner": 0.1, "ms": 1.0})
+    assert v["ok"] is True and v["block"]["overhead_ms"] == 1.0
+    patched = [[x * 0.3 for x in b] for b in mine[0]]
+    assert vouch(patched, mine[1], [], [], CUDA, fallback={"inner": 0.1, "ms": 1.0})["ok"] is False
+
+
+def test_overheads_per_interval_and_a_stray_delay_moves_one_call_only():
+    reported, lane = blocks(2.0, 0.25, 1.5, rounds=2, calls=5, cycle_ovh=0.5)
+    assert overheads(reported, lane) == pytest.approx([1.5, 1.5])
+    assert overheads(reported, lane, "inner") == pytest.approx([0.25, 0.25])
+    assert overheads(reported, lane, "cycle") == pytest.approx([0.5, 0.5])
+    lane[0]["inner"][2] += 40.0   # the lane read one call's return 40 ms late (a pause of its own)
+    assert overheads(reported, lane, "inner") == pytest.approx([0.25, 0.25])
+    kept = compact(reported, lane)
+    assert "inner" not in kept[0] and kept[0]["inner_ovh_ms"] == pytest.approx(0.25)
+    assert kept[1]["cycle_ms"] == pytest.approx(2.5) and overheads(reported, kept, "cycle") == pytest.approx([0.5, 0.5])
+
+
+def test_auto_bound_by_device_and_the_calls_interval():
+    assert bound_slack({}, "cuda") == {"share": 0.1, **AUTO_BOUND["cuda"]}
+    assert bound_slack({}, "cpu")["block_overhead_share"] == AUTO_BOUND["cpu"]["block_overhead_share"]
+    both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
+    assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3,
+                    "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"]}
+    assert calls_interval("cuda") == "inner" and calls_interval("cpu") == "cycle"
+
+
+def test_the_verdict_fails_or_flags_an_untrusted_time():
+    ref_r, ref_l = blocks(1.0, 0.1, 1.0)
+    reported, lane = blocks(1.0, 0.1, 1.0)
+    timing = {"solution": {"rounds": [[x * 0.3 for x in b] for b in reported], "median_ms": 0.3},
+              "reference": {"rounds": ref_r, "lane_blocks": ref_l, "measured_in": "reference worker", "reused": False,
+                            "median_ms": 1.0}}
+    timing = vouched(timing, lane, {}, "cuda")
+    patched = timing["solution"]["rounds"]
+    assert timing["solution"]["lane_blocks"] == compact(patched, lane) and timing["vouch"]["ok"] is False
+    assert "inner" not in timing["reference"]["lane_blocks"][0]
+    base = {"library_share": 0.5, "library_passthrough": "flag", "timing_consistency": "flag"}
+    assert flags_of({**base, "timing_bound": "fail"}, timing, {}) == (["timing_untrusted"], ["timing_untrusted"])
+    assert flags_of({**base, "timing_bound": "flag"}, timing, {}) == (["timing_untrusted"], [])
+    unvouched = vouched({**timing, "reference": {"median_ms": 1.0}}, lane, {}, "cuda")
+    assert flags_of({**base, "timing_bound": "fail"}, unvouched, {}) == (["timing_unvouched"], ["timing_unvouched"])
+
+
+def test_a_gates_yardstick_is_held_to_the_lanes_clock_too():
+    """The yardstick worker imports the solution (then and now): its times are vouched for alike, and
+    where they are not, the gate gets no yardstick (`yardstick_failed` says why) and calls no change."""
+    ref_r, ref_l = blocks(1.0, 0.1, 1.0)
+    mine_r, mine_l = blocks(1.0, 0.1, 1.0)
+    now_r, now_l = blocks(1.0, 0.1, 1.0, rounds=5)
+    yardstick = {"rounds": now_r, "lane_blocks": now_l,
+                 "now": {"rounds": [[x * 0.3 for x in b] for b in now_r], "lane_blocks": now_l}}
+    timing = {"solution": {"rounds": mine_r}, "yardstick": yardstick,
+              "reference": {"rounds": ref_r, "lane_blocks": ref_l, "measured_in": "reference worker", "reused": False}}
+    judged = vouched(timing, mine_l, {}, "cuda")
+    assert judged["vouch"]["ok"] is True and "yardstick" not in judged
+    assert "the yardstick worker's times for 'now' are not vouched for" in judged["yardstick_failed"]
+    honest = vouched({**timing, "yardstick": {**yardstick, "now": {"rounds": now_r, "lane_blocks": now_l}}}, mine_l, {},
+                     "cuda")
+    assert "yardstick_failed" not in honest and "inner" not in honest["yardstick"]["now"]["lane_blocks"][0]
+
+
+def test_the_clock_counts_the_lanes_own_intervals():
+    clock = BlockClock()
+    clock.call("timed", 0.5)          # before any block: not counted
+    clock.open(1.0)
+    clock.call("timed", 1.1)
+    clock.returned(1.3)               # inner 0.2, cycle 0.2 (a first call: from its announcement)
+    clock.lane_work(0.05, 1.4)        # a take: the lane's; the next cycle starts at its ack
+    clock.call("timed", 1.45)
+    clock.returned(1.5)               # inner 0.05, cycle 0.1
+    clock.call("trial", 1.6)          # not a timed call
+    clock.close(2.0, idle_s=0.25)
+    (block,) = clock.blocks
+    assert block["calls"] == 2 and block["returns"] == 2 and not clock.is_open
+    assert block["inner"] == pytest.approx([200, 50]) and block["cycle"] == pytest.approx([200, 100])
+    assert block["ms"] == pytest.approx((2.0 - 1.0 - 0.05 + 0.25) * 1e3) and block["taken_ms"] == pytest.approx(50)
+    clock.open(3.0)
+    clock.close(3.1, unended="timing")
+    assert clock.blocks[-1]["unended"] == "timing" and clock.blocks[-1]["calls"] == 0
+    assert in_block("call", {"what": "timed"}) and in_block("returned", {}) and in_block("output", {"kind": "timed"})
+    assert not in_block("call", {"what": "timed_check"}) and not in_block("output", {"kind": "trial"})
