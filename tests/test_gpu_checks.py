@@ -74,7 +74,9 @@ def test_side_stream_work_is_counted(gpu_run):
 def test_cudnn_passthrough_is_tf32_and_flagged(gpu_run):
     r = gpu_run["cheat_reference_output"]
     assert r.status is Status.OK and r.correctness["precision"] == "tf32", r.message
-    assert "library_passthrough" in r.flags and r.profile["share"] > 0.9
+    # the profiled call's time includes its synchronization: cuDNN on 71 measured a share of 0.87 and
+    # 0.91 on the H200 (2026-12-01), 0.92-0.99 on the family's other problems; the flag is at 0.5
+    assert "library_passthrough" in r.flags and r.profile["share"] > 0.8
     assert any(k["library"] for k in r.profile["top"])
 
 

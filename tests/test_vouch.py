@@ -4,19 +4,18 @@ import pytest
 
 from harness.run.clock import BlockClock, in_block
 from harness.run.pipeline import flags_of, vouched
-from harness.verdict.vouch import AUTO_BOUND, bound_slack, calls_interval, compact, disagreement, overheads, vouch
+from harness.isolate.channel import Marks
+from harness.verdict.vouch import AUTO_BOUND, bound_slack, compact, disagreement, overheads, vouch
 
 CUDA = {**bound_slack({}, "cuda"), "noise_ms": 0.0}   # the tests' numbers without the lane's own noise term
 
 
-def blocks(times_ms, inner_ovh, block_ovh, rounds=10, calls=10, cycle_ovh=None):
+def blocks(times_ms, inner_ovh, block_ovh, rounds=10, calls=10):
     """(reported, lane) for `rounds` blocks of `calls` calls of `times_ms`, the lane's intervals
     holding the harness's per-call overheads given (ms)."""
     reported = [[times_ms] * calls for _ in range(rounds)]
-    cycle_ovh = inner_ovh if cycle_ovh is None else cycle_ovh
     lane = [{"ms": calls * (times_ms + block_ovh), "calls": calls, "returns": calls,
-             "inner": [times_ms + inner_ovh] * calls, "cycle": [times_ms + cycle_ovh] * calls}
-            for _ in range(rounds)]
+             "inner": [times_ms + inner_ovh] * calls} for _ in range(rounds)]
     return reported, lane
 
 
@@ -80,7 +79,8 @@ def test_rounds_are_compared_in_pairs():
 @pytest.mark.parametrize("change, says", [
     (lambda r, l: r.pop(), "reported 9 timed block(s) where the lane saw 10"),
     (lambda r, l: r[3].pop(), "block 3: the worker reported 9 time(s) where the lane saw 10 call(s)"),
-    (lambda r, l: l[2].update(returns=3), "said 3 of its 10 timed call(s) returned"),
+    (lambda r, l: l[2].update(returns=3), "marked 3 of its 10 timed call(s) as begun and returned"),
+    (lambda r, l: l[4]["inner"].pop(), "marked 9 of its 10 timed call(s)"),
     (lambda r, l: l[9].update(unended="timing"), "ended by a 'timing' message"),
     (lambda r, l: r[0].__setitem__(0, float("nan")), "negative or not a number"),
     (lambda r, l: r[0].__setitem__(0, -1.0), "negative or not a number"),
@@ -103,16 +103,15 @@ def test_without_the_reference_workers_blocks_an_earlier_measurement_stands_in()
     assert vouch(patched, mine[1], [], [], CUDA, fallback={"inner": 0.1, "ms": 1.0})["ok"] is False
 
 
-def test_overheads_per_interval_and_a_stray_delay_moves_one_call_only():
-    reported, lane = blocks(2.0, 0.25, 1.5, rounds=2, calls=5, cycle_ovh=0.5)
+def test_overheads_per_interval_and_a_stray_call_moves_one_call_only():
+    reported, lane = blocks(2.0, 0.25, 1.5, rounds=2, calls=5)
     assert overheads(reported, lane) == pytest.approx([1.5, 1.5])
     assert overheads(reported, lane, "inner") == pytest.approx([0.25, 0.25])
-    assert overheads(reported, lane, "cycle") == pytest.approx([0.5, 0.5])
-    lane[0]["inner"][2] += 40.0   # the lane read one call's return 40 ms late (a pause of its own)
+    lane[0]["inner"][2] += 40.0   # one call 40 ms longer than its reported time (the worker descheduled)
     assert overheads(reported, lane, "inner") == pytest.approx([0.25, 0.25])
     kept = compact(reported, lane)
     assert "inner" not in kept[0] and kept[0]["inner_ovh_ms"] == pytest.approx(0.25)
-    assert kept[1]["cycle_ms"] == pytest.approx(2.5) and overheads(reported, kept, "cycle") == pytest.approx([0.5, 0.5])
+    assert kept[1]["inner_ms"] == pytest.approx(2.25) and overheads(reported, kept, "inner") == pytest.approx([0.25, 0.25])
 
 
 def test_auto_bound_by_device_and_the_calls_interval():
@@ -121,7 +120,6 @@ def test_auto_bound_by_device_and_the_calls_interval():
     both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
     assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3,
                     "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"]}
-    assert calls_interval("cuda") == "inner" and calls_interval("cpu") == "cycle"
 
 
 def test_the_verdict_fails_or_flags_an_untrusted_time():
@@ -161,21 +159,41 @@ def test_a_gates_yardstick_is_held_to_the_lanes_clock_too():
 
 def test_the_clock_counts_the_lanes_own_intervals():
     clock = BlockClock()
-    clock.call("timed", 0.5)          # before any block: not counted
+    clock.call("timed")                                   # before any block: not counted
     clock.open(1.0)
-    clock.call("timed", 1.1)
-    clock.returned(1.3)               # inner 0.2, cycle 0.2 (a first call: from its announcement)
-    clock.lane_work(0.05, 1.4)        # a take: the lane's; the next cycle starts at its ack
-    clock.call("timed", 1.45)
-    clock.returned(1.5)               # inner 0.05, cycle 0.1
-    clock.call("trial", 1.6)          # not a timed call
+    clock.call("timed")
+    clock.marks([(Marks.CALL, 100.1), (Marks.RETURNED, 100.3)])   # the kernel's stamps: 200 ms
+    clock.lane_work(0.05)                                 # a take: the lane's, not the worker's
+    clock.call("timed")
+    clock.marks([(Marks.CALL, 100.45), (Marks.RETURNED, 100.5)])  # 50 ms
+    clock.call("trial")                                   # not a timed call
     clock.close(2.0, idle_s=0.25)
     (block,) = clock.blocks
     assert block["calls"] == 2 and block["returns"] == 2 and not clock.is_open
-    assert block["inner"] == pytest.approx([200, 50]) and block["cycle"] == pytest.approx([200, 100])
+    assert block["inner"] == pytest.approx([200, 50])
     assert block["ms"] == pytest.approx((2.0 - 1.0 - 0.05 + 0.25) * 1e3) and block["taken_ms"] == pytest.approx(50)
     clock.open(3.0)
     clock.close(3.1, unended="timing")
     assert clock.blocks[-1]["unended"] == "timing" and clock.blocks[-1]["calls"] == 0
-    assert in_block("call", {"what": "timed"}) and in_block("returned", {}) and in_block("output", {"kind": "timed"})
+    assert in_block("call", {"what": "timed"}) and in_block("output", {"kind": "timed"})
     assert not in_block("call", {"what": "timed_check"}) and not in_block("output", {"kind": "trial"})
+
+
+def test_marks_carry_the_time_they_were_sent_however_late_they_are_read():
+    """The kernel stamps each mark as it is sent (SO_TIMESTAMPNS on a SOCK_SEQPACKET pair): a lane
+    that reads 50 ms late still gets the interval between the two sends."""
+    import time
+    mine, theirs = Marks.pair()
+    worker = Marks(theirs)
+    try:
+        worker.send(Marks.CALL)
+        time.sleep(0.02)
+        worker.send(Marks.RETURNED)
+        time.sleep(0.05)   # the lane busy
+        (c, t0), (r, t1) = mine.drain()
+        assert (c, r) == (Marks.CALL, Marks.RETURNED)
+        assert 0.015 <= t1 - t0 < 0.045, t1 - t0   # the 20 ms between the sends, not the reading
+        assert time.time() - t1 >= 0.045 and mine.drain() == []
+    finally:
+        mine.close()
+        worker.close()

@@ -12,6 +12,9 @@ class EventWriter:
         """`path`: the file, or a descriptor of it opened for appending."""
         self.file = open(path, "a", buffering=1)
 
+    def mark(self, kind: bytes) -> None:
+        """Timing marks go to a lane (harness/run/worker.py ChannelSink); a file has none to take."""
+
     def emit(self, event: str, **fields: Any) -> None:
         """`t` is time.monotonic(), one clock for every process of the host."""
         self.file.write(json.dumps({"event": event, "t": time.monotonic(), **fields}, default=str) + "\n")

@@ -105,3 +105,65 @@ class Channel:
             self.sock.close()
         except OSError:
             pass
+
+
+class Marks:
+    """A worker's timing marks to its lane (harness/run/clock.py): one-byte messages on a socket of
+    their own (SOCK_SEQPACKET), each stamped by the kernel as it is sent (SO_TIMESTAMPNS, the
+    realtime clock), so that the lane knows when the worker sent a mark however late it reads it
+    (a lane on a busy CPU reads milliseconds late). The worker can choose when it sends a mark, not
+    what time it carries. The lane's end: `drain()`; the worker's: `send(kind)`."""
+
+    CALL, RETURNED = b"c", b"r"
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    @staticmethod
+    def pair() -> tuple["Marks", socket.socket]:
+        """The lane's end and the socket to hand to the worker (pass its fileno)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        mine.setblocking(False)
+        theirs.set_inheritable(True)
+        return Marks(mine), theirs
+
+    @classmethod
+    def from_fd(cls, fd: int) -> "Marks":
+        return cls(socket.socket(fileno=fd))
+
+    def send(self, kind: bytes) -> None:
+        try:
+            self.sock.send(kind)
+        except OSError as exc:
+            raise ChannelClosed(f"timing marks: {exc}") from None
+
+    def drain(self) -> list[tuple[bytes, float]]:
+        """The marks sent since the last drain, in order: (kind, when it was sent, seconds of the
+        realtime clock)."""
+        out = []
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(16, socket.CMSG_SPACE(16))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not data:
+                break
+            stamp = time.time()
+            for level, kind, raw in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", raw[:16])
+                    stamp = seconds + nanoseconds * 1e-9
+            out.append((bytes(data[:1]), stamp))
+        return out
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # SCM_TIMESTAMPNS is the same number

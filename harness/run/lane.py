@@ -169,9 +169,8 @@ class Lane:
             if event == "ready":
                 continue
             now = arrived
-            if event == "returned":  # a timed call returned (the lane's clock); its limit runs on to its handoff
-                clock.returned(now)
-                continue
+            if spare.marks is not None:   # the worker's timing marks sent before this message
+                clock.marks(spare.marks.drain())
             call = None
             if clock.is_open and event not in ("round", "rounds_end") and not in_block(event, message):
                 clock.close(now, unended=f"{event} {message.get('what') or message.get('phase') or ''}".strip())
@@ -194,7 +193,7 @@ class Lane:
             elif event == "call":
                 what = message.get("what")
                 w.timed_calls += what in ("timed", "timed_check")
-                clock.call(what, now)
+                clock.call(what)
                 first = what in FIRST_CALLS or (what == "trial" and message.get("trial") == 0)
                 call = (now, limits["first_call_s"] if first else limits["call_s"], message)
             elif event in ("output", "state") and judgement is not None:
@@ -203,10 +202,9 @@ class Lane:
                     self.take(spare, message, payload, judgement)
                 except ChannelClosed:
                     break
-                acked = time.monotonic()
-                spent = acked - now
+                spent = time.monotonic() - now
                 w.handoff_s += spent
-                clock.lane_work(spent, acked)
+                clock.lane_work(spent)
                 phase_start += spent  # the lane's time is not the worker's
             elif event in ("round", "rounds_end"):  # a timed block ends (on the lane's clock), the next begins
                 try:

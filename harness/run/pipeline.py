@@ -22,7 +22,7 @@ from ..core.config import Config
 from ..verdict.checks import below_floor
 from ..verdict.guards import timing_consistent
 from ..verdict.timing import for_device, ratio_interval, summarize
-from ..verdict.vouch import bound_slack, calls_interval, compact, vouch
+from ..verdict.vouch import bound_slack, compact, vouch
 from ..compile.failures import failure, limit_hint
 from ..isolate.isolation import Outcome, run_module
 from ..core.precision import baseline as baseline_of
@@ -272,8 +272,7 @@ def vouched(timing: dict[str, Any], blocks: list[dict[str, Any]], checks: dict[s
         reference = next((s for s in timing.values() if isinstance(s, dict) and s.get("lane_blocks")
                           and s.get("measured_in") == "reference worker" and not s.get("reused")), {})
         timing["vouch"] = vouch(solution["rounds"], blocks, reference.get("rounds") or [],
-                                reference.get("lane_blocks") or [], bound_slack(checks, device), fallback=fallback,
-                                calls_key=calls_interval(device))
+                                reference.get("lane_blocks") or [], bound_slack(checks, device), fallback=fallback)
         timing["solution"] = {**solution, "lane_blocks": blocks}
         untrusted = _yardstick_untrusted(timing.get("yardstick"), reference, checks, device)
         if untrusted:   # the gate calls no change on times the lane cannot vouch for (record/gate.py)
@@ -296,7 +295,7 @@ def _yardstick_untrusted(then: dict[str, Any] | None, reference: dict[str, Any],
     for role, stats in (("then", then), ("now", then.get("now") or {})):
         if stats.get("rounds") and stats.get("lane_blocks"):
             judged = vouch(stats["rounds"], stats["lane_blocks"], reference["rounds"], reference["lane_blocks"],
-                           bound_slack(checks, device), paired=False, calls_key=calls_interval(device))
+                           bound_slack(checks, device), paired=False)
             if judged.get("ok") is False:
                 return f"the yardstick worker's times for '{role}' are not vouched for by the lane's clock: {judged['why']}"
     return ""

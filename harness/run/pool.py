@@ -25,7 +25,7 @@ from typing import Mapping
 
 from . import placement
 from ..isolate import sandbox
-from ..isolate.channel import Channel, ChannelClosed, ProtocolError
+from ..isolate.channel import Channel, ChannelClosed, Marks, ProtocolError
 from ..isolate.isolation import child_command, popen, reap_strays
 
 
@@ -39,6 +39,7 @@ class Spare:
     events: list = field(default_factory=list)
     scratch: Path | None = None    # its sandbox's scratch folder (None: no sandbox)
     problems: int = 0              # a reference worker: the problems it has been set up for (references.References.worker_for)
+    marks: Marks | None = None     # its timing marks, kernel-stamped (harness/isolate/channel.py Marks)
 
     @property
     def pid(self) -> int:
@@ -64,19 +65,23 @@ class WorkerPool:
     def spawn(self, extra_env: Mapping[str, str] | None = None) -> Spare:
         self.count += 1
         channel, theirs = Channel.pair()
+        marks, their_marks = Marks.pair()
         log_path = self.work_dir / f"worker-{self.count}.log"
         policy = None
         if self.sandboxed and "sandbox" not in self.leave_out:
             s = self.sandboxed
             policy = sandbox.policy(s["plan"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
                                     hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
-        argv, env, cwd, extra = child_command("harness.run.worker", ["--serve", str(theirs.fileno())], policy,
+        argv, env, cwd, extra = child_command("harness.run.worker",
+                                              ["--serve", str(theirs.fileno()), str(their_marks.fileno())], policy,
                                               {**self.env, **(extra_env or {})})
         with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
             proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                         start_new_session=True, pass_fds=(theirs.fileno(),), **extra)
+                         start_new_session=True, pass_fds=(theirs.fileno(), their_marks.fileno()), **extra)
         theirs.close()
-        spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None)
+        their_marks.close()
+        spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None,
+                      marks=marks)
         if self.frozen:
             signal_spare(spare, signal.SIGSTOP)
         return spare
@@ -142,6 +147,8 @@ def retire(spare: Spare) -> int:
     """After a worker's pair: every process it left (orphans come back to the lane, a child
     subreaper) killed, its scratch removed. Returns how many were killed."""
     killed = reap_strays()
+    if spare.marks is not None:
+        spare.marks.close()
     sandbox.release_cgroup(spare.pid)
     if spare.scratch is not None:
         shutil.rmtree(spare.scratch, ignore_errors=True)

@@ -88,8 +88,8 @@ class BlockWorker:
             message, payload = got
             event = message.get("event")
             now = time.monotonic()
-            if event == "returned":
-                clock.returned(now)
+            if spare.marks is not None:   # its timing marks sent before this message
+                clock.marks(spare.marks.drain())
             if event == "block":
                 clock.close(now)
                 self.fresh, spare.state = False, "serving"
@@ -99,17 +99,16 @@ class BlockWorker:
                 spare.channel.send({"op": "ack"})
                 clock.open(opened)
             if event == "call":
-                clock.call(message.get("what"), now)
+                clock.call(message.get("what"))
             if event == "error":
                 raise ChannelClosed(f"{message.get('status')}: {message.get('message')}")
             if event == "versions":
                 self.versions = message
             if event == "output":
                 self.lane.take(spare, message, payload, self.sink)
-                acked = time.monotonic()
-                spent = acked - now
+                spent = time.monotonic() - now
                 self.handoff_s += spent
-                clock.lane_work(spent, acked)
+                clock.lane_work(spent)
 
     def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
         """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""

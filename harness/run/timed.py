@@ -36,8 +36,9 @@ class TimedCalls:
         copied in place, the call announced and timed, and `checked_call` is for the
         `checks.timed_output_checks` calls after the timed ones (time_model). `every` False: no
         call handed over, whatever the checks say (a yardstick's blocks with timing.gate_handoff off).
-        Each timed call is announced ("call") and said to have returned ("returned") as soon as the
-        timer has it: the lane's own clock on the call between the two (harness/run/clock.py)."""
+        Each timed call is announced ("call") and marked as it begins and as soon as the timer has it
+        (two marks the kernel stamps as sent): the lane's own clock on the call between the two
+        (harness/run/clock.py)."""
         checks = self.req["checks"]
         every = bool(checks.get("every_timed_call")) if every is None else every
         state: dict[str, Any] = {"out": None, "n": 0}
@@ -57,8 +58,9 @@ class TimedCalls:
                 poison_free_memory(self.device, self.hint_bytes)
             state["n"] += 1
             self.call(what, trial=state["n"])
+            self.events.mark(b"c")         # the lane's clock on the call (harness/run/clock.py) ...
             ms = timer(call)
-            self.events.emit("returned")   # the lane's clock on the call stops here (harness/run/clock.py)
+            self.events.mark(b"r")         # ... from here to here, as the kernel stamped the two
             self.handoff_output(state["out"], pool.live, kind="timed", shape=0, trial=state["n"], seed=seed)
             state["out"] = None
             return ms
@@ -68,8 +70,9 @@ class TimedCalls:
                 return checked_call("timed")
             pool.refresh()
             self.call("timed")
+            self.events.mark(b"c")
             ms = timer(call)
-            self.events.emit("returned")
+            self.events.mark(b"r")
             return ms
 
         return timed, checked_call

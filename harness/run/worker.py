@@ -4,7 +4,7 @@ timed calls are harness/run/timed.py). One process per pair, run in one of two w
     python -m harness.run.worker --request-fd R --events-fd E
                                             modes build and compile (harness/isolate/isolation.py): import the
                                             solution, which builds its extension; events go to a file
-    python -m harness.run.worker --serve FD     a warm spare of a lane's pool (harness/run/pool.py): torch and the
+    python -m harness.run.worker --serve FD MARKS   a warm spare of a lane's pool (harness/run/pool.py): torch and the
                                             harness are imported and primed before there is work; on the
                                             channel FD it gets one "run" (modes eval and diagnose; the
                                             block workers' reference and yardstick)
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..core.blame import for_solution
-from ..isolate.channel import Channel, ChannelClosed
+from ..isolate.channel import Channel, ChannelClosed, Marks
 from ..core.events import EventWriter
 from ..compile.failures import classify
 from ..verdict.guards import aliased_input, poison_free_memory
@@ -47,10 +47,16 @@ _SYNC = getattr(torch._C, "_cuda_synchronize", None)
 
 
 class ChannelSink:
-    """Events (and handoffs, which wait for the lane's "ack") over the lane's channel."""
+    """Events (and handoffs, which wait for the lane's "ack") over the lane's channel; timing marks
+    (a timed call begins, it returned) over the marks socket, stamped by the kernel as sent
+    (harness/isolate/channel.py Marks; the lane's clock: harness/run/clock.py)."""
 
-    def __init__(self, channel: Channel):
-        self.channel = channel
+    def __init__(self, channel: Channel, marks: Marks | None = None):
+        self.channel, self.marks = channel, marks
+
+    def mark(self, kind: bytes) -> None:
+        if self.marks is not None:
+            self.marks.send(kind)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.channel.send({"event": event, "t": time.monotonic(), **fields})
@@ -255,9 +261,10 @@ def prime() -> None:
     measure_library_share(lambda: torch.ones(2) * 2, "cpu", lambda: None)
 
 
-def serve(fd: int) -> None:
+def serve(fd: int, marks_fd: int | None = None) -> None:
     """A spare of a lane's pool: prime, say "ready", then serve one "run" (or the lane's "probe")."""
     channel = Channel.from_fd(fd)
+    marks = Marks.from_fd(marks_fd) if marks_fd is not None else None
     prime()
     channel.send({"event": "ready", "t": time.monotonic(), "pid": os.getpid()})
     got = channel.recv()
@@ -265,7 +272,7 @@ def serve(fd: int) -> None:
     if message.get("op") == "run":
         request = message["request"]
         os.environ.update(request.get("env", {}))  # before CUDA starts (CUDA_LAUNCH_BLOCKING for a diagnosis)
-        Worker(request, ChannelSink(channel)).main()
+        Worker(request, ChannelSink(channel, marks)).main()
     elif message.get("op") == "probe":  # the lane tries the sandbox before its first pair
         from .sandbox_check import answer
         answer(ChannelSink(channel), message.get("device", "cpu"))
@@ -275,7 +282,7 @@ def main(argv: list[str]) -> None:
     die_with_parent()
     try:
         if argv[1] == "--serve":
-            serve(int(argv[2]))
+            serve(int(argv[2]), int(argv[3]) if len(argv) > 3 else None)
         else:  # --request-fd R --events-fd E (harness/isolate/isolation.py run_module)
             with os.fdopen(int(argv[2])) as f:
                 request = json.loads(f.read())

@@ -27,19 +27,16 @@ import math
 import statistics
 from typing import Any
 
-# checks.timing_bound_ms, timing_bound_overhead_share and timing_bound_noise_share where the config
-# says auto, by device, the overhead share by interval. On the H200 (docs/harness-perf.md, "The
-# lane's clock"), over the family's main command and A/A runs (38 honest pairs), a call's interval
-# exceeded the reference worker's by at most 1.3% of the reported median, the whole block's by at
-# most 0.47 ms on an 8.3 ms call, every call under 3 ms by nothing. A CPU lane's per-call procedure
-# is milliseconds (outputs and inputs cross as bytes), and on a 2-core VM its reading of a message
-# lags by up to ~0.4 ms more after a longer idle wait (an idle virtual CPU is woken late), which no
-# mean over calls removes: a CPU lane allows 0.5 ms a call, and a call's interval there holds the
-# inputs' refresh. What a mean over n calls does remove is allowed as noise_ms / sqrt(n) (on the CPU,
-# fast.yaml's three one-call blocks of a tiny problem's A/A came out 0.56 ms apart).
+# checks.timing_bound_* where the config says auto, by device, the overhead share by interval. On
+# the H200 (docs/harness-perf.md, "The lane's clock"), over the family's main command and A/A runs
+# (38 honest pairs), a call's interval exceeded the reference worker's by at most 1.3% of the
+# reported median, the whole block's by at most 0.47 ms on an 8.3 ms call, every call under 3 ms by
+# nothing. A CPU lane's per-call procedure is milliseconds (outputs and inputs cross as bytes) and
+# its block's wall, read by a lane that shares two cores with the worker and the builds, varies by
+# as much; its calls' intervals, stamped by the kernel, agree within 0.01 ms.
 AUTO_BOUND = {"cuda": {"ms": 0.005, "noise_ms": 0.02, "calls_overhead_share": 0.0, "block_overhead_share": 0.25,
                        "noise_share": 1.0},
-              "cpu": {"ms": 0.5, "noise_ms": 2.0, "calls_overhead_share": 0.5, "block_overhead_share": 0.5,
+              "cpu": {"ms": 0.02, "noise_ms": 0.1, "calls_overhead_share": 0.5, "block_overhead_share": 0.5,
                       "noise_share": 3.0}}
 
 
@@ -55,19 +52,12 @@ def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
             "noise_ms": pick("timing_bound_noise_ms", "noise_ms")}
 
 
-def calls_interval(device: str) -> str:
-    """Which of the lane's intervals of a call vouches for it (harness/run/clock.py): from its
-    announcement on a CUDA lane (its workers pinned apart from the lane), from the lane's own
-    last word on a CPU lane (where the worker's threads can hold every core)."""
-    return "inner" if device == "cuda" else "cycle"
-
-
 def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str = "ms") -> list[float]:
     """Per block, the harness's cost per call outside the reported time on one of the lane's
-    intervals (ms): "ms", the whole block's wall less the reported times, per call; "inner" or
-    "cycle", a call's own interval (harness/run/clock.py), the median over the block's calls of
-    each one's interval less its reported time (a stray delay of the lane's reading moves one call,
-    not the block), or, once compacted, that median as kept (`<key>_ovh_ms`)."""
+    intervals (ms): "ms", the whole block's wall less the reported times, per call; "inner", a
+    call's own interval (harness/run/clock.py), the median over the block's calls of each one's
+    interval less its reported time (one stray call moves one call, not the block), or, once
+    compacted, that median as kept (`inner_ovh_ms`)."""
     out = []
     for times, block in zip(reported, lane):
         if not block.get("calls"):
@@ -82,14 +72,13 @@ def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str 
 
 
 def compact(reported: list[list[float]], lane: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lane's blocks as a result keeps them: each call's intervals replaced by their median
-    overhead per block (`inner_ovh_ms`, `cycle_ovh_ms`) and their per-call mean (`inner_ms`,
-    `cycle_ms`)."""
+    """The lane's blocks as a result keeps them: each call's interval replaced by their median
+    overhead per block (`inner_ovh_ms`) and their mean (`inner_ms`)."""
     kept = []
     for index, block in enumerate(lane):
         block = dict(block)
         times = reported[index] if index < len(reported) else []
-        for key in ("inner", "cycle"):
+        for key in ("inner",):
             calls = block.pop(key, None)
             if calls:
                 block[f"{key}_ms"] = round(sum(calls) / len(calls), 5)
@@ -117,9 +106,10 @@ def disagreement(reported: list[list[float]], lane: list[dict[str, Any]]) -> str
                     f"harness's worker makes")
         if len(times) != block["calls"]:
             return f"block {index}: the worker reported {len(times)} time(s) where the lane saw {block['calls']} call(s)"
-        if block.get("returns", block["calls"]) != block["calls"]:
-            return (f"block {index}: the worker said {block['returns']} of its {block['calls']} timed call(s) "
-                    f"returned (the harness's worker says it of each)")
+        marked = len(block["inner"]) if isinstance(block.get("inner"), list) else block["calls"]
+        if block.get("returns", block["calls"]) != block["calls"] or marked != block["calls"]:
+            return (f"block {index}: the worker marked {min(marked, block.get('returns', marked))} of its "
+                    f"{block['calls']} timed call(s) as begun and returned (the harness's worker marks each)")
         if any(not 0 <= x < float("inf") for x in times):
             return f"block {index}: a reported time is negative or not a number"
     return ""
@@ -135,12 +125,12 @@ def excess(mine: list[float], theirs: list[float], paired: bool) -> float:
 
 def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_reported: list[list[float]],
           reference_lane: list[dict[str, Any]], slack: dict[str, float], paired: bool = True,
-          fallback: dict[str, float] | None = None, calls_key: str = "inner") -> dict[str, Any]:
+          fallback: dict[str, float] | None = None) -> dict[str, Any]:
     """The lane's judgement of a worker's reported blocks (`reported`: its times per block, ms;
-    `lane`: the lane's blocks, {"ms", "calls", "inner", "cycle", ...}) against the reference
-    worker's (trusted), on two of the lane's intervals: each call's own (`calls`: `calls_key`,
-    "inner" from its announcement to its "returned", or "cycle" from the lane's last word to it:
-    harness/run/clock.py), where a patched clock shows at once; and the whole block (`block`),
+    `lane`: the lane's blocks, {"ms", "calls", "inner", ...}) against the reference worker's
+    (trusted), on two of the lane's intervals: each call's own (`calls`: from its mark as it began
+    to its mark as it returned, as the kernel stamped them: harness/run/clock.py), where a patched
+    clock shows at once; and the whole block (`block`),
     where work moved out of the calls' intervals shows too, against a larger and noisier
     overhead. `slack`: {"ms", "noise_ms", "share", "calls_overhead_share", "block_overhead_share",
     "noise_share"}: each comparison allows an excess of ms + noise_ms / sqrt(n) + share x the
@@ -163,7 +153,7 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
     fixed = slack.get("ms", 0.0) + slack.get("noise_ms", 0.0) / root + slack.get("share", 0.0) * out["reported_ms"]
     noise = slack.get("noise_share", 0.0) / root
     out["ok"] = True
-    for part, key in (("calls", calls_key), ("block", "ms")):
+    for part, key in (("calls", "inner"), ("block", "ms")):
         mine, theirs = overheads(reported, lane, key), overheads(reference_reported, reference_lane, key)
         if not mine:
             continue
