@@ -78,6 +78,7 @@ class FakeYardstick:
         import random
         self.rng, self.spread, self.now_slower = random.Random(seed), spread, now_slower
         self.failed, self.versions, self.by_role, self.served = "", {"roles": ["now", "then"]}, {}, []
+        self.lane_by_role = {}   # the lane's clock on its blocks (a real one's: harness/run/clock.py)
 
     def serve(self, role, calls, cpus):
         level = (self.now_slower if role == "now" else 1.0) * (1.0 + self.rng.uniform(-self.spread, self.spread))
