@@ -14,11 +14,14 @@ Exit codes (every command): 0 every evaluated pair is correct (lint/compile: no 
 pair is not, or the gate found a regression (lint/compile: some error); 2 bad usage or bad input
 (one line naming the file and the problem); 3 the checkout changed during the run (its results
 cannot be trusted); 5 nothing was evaluated (every pair skipped, e.g. CUDA pairs on a machine
-without a GPU; check --allow-skipped accepts it).
+without a GPU; check --allow-skipped accepts it); 130 interrupted (Ctrl-C or SIGTERM: what was
+recorded is printed, and --resume --run-id finishes it).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -40,7 +43,7 @@ from harness.core.store import load_run, new_run_id
 
 DEFAULT_CONFIG = "configs/default.yaml"
 # exit codes (the module's docstring, README.md, docs/usage.md say the same)
-OK, FAILED, BAD_INPUT, CHECKOUT_CHANGED, NOTHING_EVALUATED = 0, 1, 2, 3, 5
+OK, FAILED, BAD_INPUT, CHECKOUT_CHANGED, NOTHING_EVALUATED, INTERRUPTED = 0, 1, 2, 3, 5, 130
 
 
 def eval_parser() -> argparse.ArgumentParser:
@@ -299,11 +302,21 @@ def cmd_eval(argv: list[str]) -> int:
     run_id = args.run_id or new_run_id()
     width = None if args.wide else TERMINAL_WIDTH
     out = printer(width)
-    results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume, out=out, width=width)
+    where = f"{cfg.results_dir}/{run_id}"
+    try:
+        with interruptible():
+            results = evaluate(pairs, cfg, run_id=run_id, resume=args.resume, out=out, width=width)
+    except KeyboardInterrupt:   # Ctrl-C, or a SIGTERM (timeout, a scheduler): what is recorded, and how to go on
+        results = load_run(where) if (Path(where) / "run.json").is_file() else []
+        print()
+        if results:
+            print(render(results, args.format, args.wide))
+        out(f"\ninterrupted: {len(results)} of {len(pairs)} pair(s) recorded in {where}/; the rest: "
+            f"python run_eval.py {resume_command(argv, run_id)}")
+        return INTERRUPTED
     print()
     print(render(results, args.format, args.wide))
     counts = leaderboard.summary(results)
-    where = f"{cfg.results_dir}/{run_id}"
     out(f"\nresults: {where}/  ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
     out(f"leaderboard: python run_eval.py leaderboard {where}")
     out(f"lane logs: {where}/logs/")
@@ -312,6 +325,35 @@ def cmd_eval(argv: list[str]) -> int:
         printer(width, sys.stderr)(nothing_evaluated(results))
         return NOTHING_EVALUATED
     return OK if all(r.status.passed for r in evaluated) else FAILED
+
+
+def resume_command(argv: list[str], run_id: str) -> str:
+    """The arguments that go on with an interrupted run: the same ones, with --resume --run-id."""
+    import shlex
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--resume",):
+            continue
+        elif arg == "--run-id":
+            skip = True
+        elif not arg.startswith("--run-id="):
+            kept.append(arg)
+    return shlex.join([*kept, "--resume", "--run-id", run_id])
+
+
+@contextlib.contextmanager
+def interruptible():
+    """SIGTERM (timeout, a batch scheduler) taken as Ctrl-C while a run goes on, so that both end it
+    the same way: lanes and workers stopped (they die with this process), what is recorded printed."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def nothing_evaluated(results: list) -> str:

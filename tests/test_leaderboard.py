@@ -8,8 +8,19 @@ def test_rows_show_speedup_only_for_correct_results():
     ok = make_result(Status.OK)
     bad = make_result(Status.INCORRECT)
     assert leaderboard.row(ok)[2:] == ["ok", "fp32", "1.00e-07", "2.000 ±1.000", "2.000 ±1.000", "2.000 ±1.000",
-                                       "1.00x (vs fp32)", "library_passthrough"]
-    assert leaderboard.row(bad)[-2] == "-"
+                                       "1.00x (vs fp32)", "-", "library_passthrough"]
+    assert leaderboard.row(bad)[-3] == "-"
+
+
+def test_tables_say_how_far_from_the_floor_a_time_is():
+    """Where the lane measured the problem's physical floor (problem_checks.floor), each correct
+    pair's time over it: the run's tables, the leaderboard's rows and its data."""
+    import dataclasses
+    ok = dataclasses.replace(make_result(Status.OK), problem_checks={"floor": {"ms": 0.5}})
+    assert leaderboard.x_floor(ok) == 4.0 and leaderboard.row(ok)[9] == "4.0"
+    assert "x floor" in leaderboard.terminal_table([ok]).splitlines()[0] and " 4.0 " in leaderboard.terminal_table([ok])
+    assert leaderboard.x_floor(dataclasses.replace(ok, status=Status.INCORRECT)) is None
+    assert leaderboard.x_floor(make_result(Status.OK)) is None
 
 
 def test_formats_and_summary():

@@ -23,7 +23,10 @@ from harness.core.errors import BadInput
 
 HOST = sandbox.probe()
 PLAN = sandbox.prepare(load_config(None))
-FULL = HOST.landlock >= 6 and HOST.netns and sandbox.process_limit_binds(PLAN)
+# as root, the sandbox runs each process as a uid of its own, which must be able to run this Python:
+# where a folder on its way is closed to others (a pyenv or conda Python in root's home), it cannot
+NO_IDENTITY = HOST.root and PLAN.identity == "same"
+FULL = HOST.landlock >= 6 and HOST.netns and sandbox.process_limit_binds(PLAN) and not NO_IDENTITY
 needs_full = pytest.mark.skipif(not FULL, reason=f"this host lacks part of the sandbox: {list(PLAN.lacks)}")
 
 ATTACKS = ["sandbox_forger", "sandbox_edit_harness", "sandbox_wipe", "sandbox_peek", "sandbox_kill", "sandbox_connect",
@@ -282,11 +285,27 @@ def test_the_probe_passes_where_nothing_is_wrong(tmp_path):
     assert proc.returncode == 0 and "warning: sandbox" not in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+def test_a_python_closed_to_others_is_named_with_what_opens_it(tmp_path):
+    """A folder on the way to the interpreter (or the checkout) that others may not pass: the plan's
+    line names that folder, its mode and the chmod that lets the sandbox's uids through."""
+    closed = tmp_path / "home"
+    (closed / "python" / "bin").mkdir(parents=True)
+    (closed / "python" / "bin" / "python3").write_text("")
+    closed.chmod(0o700)
+    why = sandbox.closed_folder(closed / "python" / "bin" / "python3")
+    assert why.startswith(f"{closed} is closed to others (mode 700)") and f"chmod o+x {closed}" in why
+    assert sandbox.closed_folder(tmp_path / "open" / "file") == ""
+    if NO_IDENTITY:   # this host's own case: the run's warning names it
+        assert any("is closed to others" in lack and "chmod o+x" in lack for lack in PLAN.lacks), PLAN.lacks
+
+
 def test_an_identity_that_cannot_read_the_checkout_is_named(tmp_path):
     """Root runs sandboxed processes as unprivileged uids; where one cannot read what a pair needs
     (a folder closed to others on the way), the plan says which path, and `auto` goes without."""
     if os.geteuid() != 0:
         pytest.skip("only a harness running as root changes identity")
+    if NO_IDENTITY:
+        pytest.skip(f"no uid but root's can run this Python here: {list(PLAN.lacks)}")
     closed = tmp_path / "closed"
     (closed / "inside").mkdir(parents=True)
     closed.chmod(0o700)

@@ -97,7 +97,8 @@ def run_check(pairs: list[Pair], cfg: Config, *, run_id: str, baseline: str | No
     needs_cuda = sorted({by_key[(r.problem["id"], r.solution["name"])] for r in results
                          if r.status is Status.SKIPPED and "CUDA" in r.message and r.env.get("device") == "cpu"})
     if needs_cuda:
-        out(f"compile-only: {len(needs_cuda)} CUDA solution(s) this machine cannot run")
+        out(f"compile-only: the {len(needs_cuda)} CUDA solution(s) skipped above (no GPU here) are compiled with "
+            f"nvcc instead, to catch their compile errors; nothing is run")
         compiled = compile_solutions(needs_cuda, cfg, jobs=jobs, out=out)
     changes = []
     if then:  # each solution against itself at the revision, timed in the same rounds of this run

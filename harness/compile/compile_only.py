@@ -209,7 +209,12 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                 step, recipe, where = first
                 return step, compiler.cached(recipe) or compiler.run(recipe, where)
 
+            todo = [key for key, (_, recipe, _) in firsts.items() if compiler.cached(recipe) is None]
+            out(f"compile-only: {len(files)} solution(s), {len(firsts)} distinct recipe(s), "
+                f"{len(firsts) - len(todo)} compiled before; compiling {len(todo)} on {workers} worker(s) "
+                f"(each about a minute of CPU: the torch headers)")
             pending = {key: pool.submit(compile_recipe, first) for key, first in firsts.items()}
+            _follow([pending[key] for key in todo], out)
             items = []
             for step in steps:  # each printed once its recipes are done, in the files' order
                 done = {key: pending[key].result() for key, _ in step["recipes"]}
@@ -217,3 +222,39 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             return items
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
+
+
+def _follow(futures: list, out) -> None:
+    """Progress of the recipes being compiled, with an estimate of what is left, as each is done
+    (a callback: each file's own line still comes once its recipes are): a bar in a terminal
+    (tqdm), else a line."""
+    import sys
+    import threading
+    import time
+    if not futures:
+        return
+    start, total, lock, count = time.monotonic(), len(futures), threading.Lock(), [0]
+    bar = None
+    if sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=total, desc="compile", unit="recipe", file=sys.stderr)
+        except ImportError:
+            bar = None
+
+    def one_done(_future) -> None:
+        with lock:
+            count[0] += 1
+            done = count[0]
+            if bar is not None:
+                bar.update(1)
+                if done == total:
+                    bar.close()
+                return
+            elapsed = time.monotonic() - start
+            left = elapsed / done * (total - done)
+            out(f"compile-only: {done}/{total} recipe(s) compiled in {elapsed:.0f} s"
+                + (f", about {max(1, round(left / 60))} min left" if done < total else ""))
+
+    for future in futures:
+        future.add_done_callback(one_done)

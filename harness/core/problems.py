@@ -6,6 +6,8 @@ A problem is a KernelBench-format file `problems/<family>/<id>.py` defining a re
 """
 from __future__ import annotations
 
+import difflib
+
 import hashlib
 import importlib.util
 import sys
@@ -60,6 +62,12 @@ def _short_id(stem: str) -> str:
     return stem.split("_", 1)[0]
 
 
+def order_key(problem_id: str) -> tuple:
+    """Problems in the order their numbers give (2 before 23, a name without a number after them)."""
+    head = _short_id(problem_id)
+    return (0, int(head), problem_id) if head.isdigit() else (1, 0, problem_id)
+
+
 def select(spec: str | None, root: Path = PROBLEMS_ROOT) -> list[Problem]:
     """Resolve --problem: None (all), a path, a family, family/name, a name, a number or a unique prefix."""
     all_problems = discover(root)
@@ -93,7 +101,10 @@ def select(spec: str | None, root: Path = PROBLEMS_ROOT) -> list[Problem]:
             names = ", ".join(p.id for p in found[:8])
             raise BadInput("--problem", f"'{spec}' is ambiguous: it matches {names}")
     fams = ", ".join(sorted({p.family for p in all_problems})) or "none"
-    raise BadInput("--problem", f"'{spec}' matches no problem under {_display(Path(root))}/ (families: {fams})")
+    close = difflib.get_close_matches(name, [p.id for p in pool] + sorted({p.family for p in all_problems}), n=1,
+                                      cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else f" (families: {fams})"
+    raise BadInput("--problem", f"'{spec}' matches no problem under {_display(Path(root))}/{hint}")
 
 
 def namespace_of(module: types.ModuleType | None) -> dict:

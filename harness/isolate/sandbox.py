@@ -42,6 +42,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -162,22 +163,43 @@ _READ_CHECK = ("import os, sys\n"
                "print('\\n'.join(p for p in sys.argv[1:] if not os.access(p, os.R_OK | (os.X_OK if os.path.isdir(p) else 0))))")
 
 
+def closed_folder(path: str | Path) -> str:
+    """The first folder on the way to `path` (as given, and where its links lead) that others may not
+    pass (no x bit for others), with what opens it, for a message; '' where there is none."""
+    for target in dict.fromkeys([str(Path(path).absolute()), os.path.realpath(path)]):
+        folder = Path("/")
+        for part in Path(target).parts[1:-1]:
+            folder = folder / part
+            try:
+                mode = folder.stat().st_mode
+            except OSError:
+                break
+            if not mode & stat.S_IXOTH:
+                return (f"{folder} is closed to others (mode {stat.S_IMODE(mode):o}): `chmod o+x {folder}` lets "
+                        f"them pass through it (not list it), or put Python and the checkout outside it")
+    return ""
+
+
 def can_run_as(uid: int, gid: int, paths: Iterable[str]) -> str:
-    """'' when `uid` can run this interpreter and read `paths`; else what stands in the way."""
+    """'' when `uid` can run this interpreter and read `paths`; else what stands in the way, naming
+    the folder closed to others where one is."""
+    paths = list(paths)
     try:
         proc = subprocess.run([sys.executable, "-I", "-S", "-c", _READ_CHECK, *paths], user=uid, group=gid,
                               extra_groups=[], capture_output=True, text=True, timeout=30, cwd="/")
     except OSError as exc:
-        return f"uid {uid} cannot run {sys.executable} ({exc.strerror}: a folder on its way is closed to others)"
+        why = closed_folder(sys.executable) or "a folder on its way is closed to others"
+        return f"uid {uid} cannot run {sys.executable} ({exc.strerror}: {why})"
     except subprocess.SubprocessError as exc:
         return f"uid {uid} could not be tried ({exc})"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"uid {uid} cannot run {sys.executable} ({last})"
+        why = closed_folder(sys.executable)
+        return f"uid {uid} cannot run {sys.executable} ({last}{'; ' + why if why else ''})"
     bad = [line for line in proc.stdout.splitlines() if line]
     if bad:
         return (f"uid {uid} cannot read {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
-                + ": a folder on its way is closed to others")
+                + f": {closed_folder(bad[0]) or 'a folder on its way is closed to others'}")
     return ""
 
 

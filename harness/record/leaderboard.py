@@ -9,10 +9,11 @@ from typing import Iterable
 from tabulate import tabulate
 
 from ..core.precision import CLASSES, baseline_label
+from ..core.problems import order_key
 from ..core.results import EvalResult, Status
 
 COLUMNS = ["problem", "solution", "status", "class", "max abs err", "ms", "ref ms", "ref strict ms", "speedup",
-           "flags"]
+           "x floor", "flags"]
 # the strict baselines (harness/core/precision.py): TF32 off in an fp32 run, the reduced-precision
 # reductions off in a half run
 STRICT_SHORT = {"reference_fp32": "fp32", "reference_strict": "strict"}
@@ -45,6 +46,21 @@ def speedup_text(speedup: float | None, interval=None) -> str:
     return f"noisy{ci_text(interval)}" if noisy(interval) else f"{speedup:.2f}x{ci_text(interval)}"
 
 
+def x_floor(result: EvalResult) -> float | None:
+    """How far the solution's median is from the problem's physical floor (the least time a call can
+    take on the device: harness/verdict/checks.py floor), as a factor; None without a floor or a time."""
+    floor = ((result.problem_checks or {}).get("floor") or {}).get("ms")
+    ms = ((result.timing or {}).get("solution") or {}).get("median_ms")
+    if not floor or not ms or result.status not in (Status.OK, Status.REJECTED):
+        return None
+    return ms / floor
+
+
+def x_floor_text(result: EvalResult) -> str:
+    factor = x_floor(result)
+    return "-" if factor is None else f"{factor:.1f}"
+
+
 def row(result: EvalResult) -> list[str]:
     t = result.timing or {}
     err = result.correctness.get("max_abs_error") if result.correctness else None
@@ -61,12 +77,13 @@ def row(result: EvalResult) -> list[str]:
         _ms(t.get("reference")),
         _ms(t.get("reference_fp32") or t.get("reference_strict")),
         speedup_text(speedup, t.get("speedup_ci")) + vs if speedup is not None and result.status in (Status.OK, Status.REJECTED) else "-",
+        x_floor_text(result),
         ",".join(result.flags) or "-",
     ]
 
 
 def rows(results: Iterable[EvalResult]) -> list[list[str]]:
-    return [row(r) for r in sorted(results, key=lambda r: (r.problem["id"], r.solution["name"]))]
+    return [row(r) for r in sorted(results, key=lambda r: (order_key(r.problem["id"]), r.solution["name"]))]
 
 
 def precision_line(results: Iterable[EvalResult]) -> str:
@@ -83,7 +100,7 @@ def table(results: Iterable[EvalResult], fmt: str = "simple") -> str:
     return f"{title}\n{text}" if title else text
 
 
-TERMINAL_COLUMNS = ["problem", "solution", "status", "class", "err", "ms", "base ms", "speedup", "flags"]
+TERMINAL_COLUMNS = ["problem", "solution", "status", "class", "err", "ms", "base ms", "speedup", "x floor", "flags"]
 SHORT_FLAGS = {"library_passthrough": "passthrough", "timing_inconsistent": "timing?", "reference_disturbed": "ref-busy",
                "degenerate_problem": "degenerate", "below_floor": "<floor",
                "timing_unpinned": "unpinned"}
@@ -107,7 +124,7 @@ def terminal_table(results: Iterable[EvalResult], wide: bool = False, problem_wi
     if wide:
         return table(results)
     body = []
-    for result in sorted(results, key=lambda r: (r.problem["id"], r.solution["name"])):
+    for result in sorted(results, key=lambda r: (order_key(r.problem["id"]), r.solution["name"])):
         full = row(result)
         t = result.timing or {}
         base = t.get(t.get("baseline") or "")
@@ -116,7 +133,7 @@ def terminal_table(results: Iterable[EvalResult], wide: bool = False, problem_wi
                      f"{err:.1e}" if err is not None else "-",
                      f"{t['solution']['median_ms']:.3f}" if t.get("solution") else "-",
                      f"{base['median_ms']:.3f}" if base else "-",
-                     full[8].replace(" (vs fp32)", "").replace(" (vs strict)", ""),
+                     full[8].replace(" (vs fp32)", "").replace(" (vs strict)", ""), full[9],
                      ",".join(SHORT_FLAGS.get(f, f) for f in result.flags) or "-"])
     widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(TERMINAL_COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
@@ -150,7 +167,7 @@ PHASE_COLUMNS = [("build", "build_s"), ("start-up", "startup_s"), ("reference", 
 
 def phase_rows(results: Iterable[EvalResult]) -> list[list[str]]:
     rows_ = []
-    for r in sorted(results, key=lambda r: (r.problem["id"], r.solution["name"])):
+    for r in sorted(results, key=lambda r: (order_key(r.problem["id"]), r.solution["name"])):
         p = r.phases or {}
         cells = [f"{p[key]:.2f}" if key in p else "-" for _, key in PHASE_COLUMNS]
         share = f"{p['overhead_s'] / p['wall_s']:.0%}" if p.get("wall_s") else "-"
@@ -178,11 +195,11 @@ def summary(results: Iterable[EvalResult]) -> dict[str, int]:
 
 
 # -- the leaderboard across runs (harness/record/standings.py) -------------------------------------------
-BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "flags", "run", "commit"]
+BOARD_COLUMNS = ["rank", "solution", "class", "ms", "ref ms", "speedup", "x floor", "flags", "run", "commit"]
 OTHER_COLUMNS = ["solution", "status", "message", "run"]
 SKIPPED_COLUMNS = ["solution", "why", "run"]
 PAIR_CSV = ["gpu", "precision", "problem", "rank", "solution", "status", "class", "ms", "iqr_ms", "ref_ms", "speedup",
-            "speedup_ci_low", "speedup_ci_high", "flags", "run_id", "commit", "message"]
+            "speedup_ci_low", "speedup_ci_high", "x_floor", "flags", "run_id", "commit", "message"]
 
 
 def _short(text: str, limit: int = 140) -> str:
@@ -203,7 +220,7 @@ def pair_record(entry, rank: int | None) -> dict:
             "status": r.status.value, "class": precision_of(r), "ms": sol.get("median_ms"), "iqr_ms": sol.get("iqr_ms"),
             "ref_ms": base.get("median_ms"), "baseline": t.get("baseline"), "speedup": speedup_of(r),
             "speedup_ci_low": ci[0] if ci else None, "speedup_ci_high": ci[1] if ci else None,
-            "flags": list(r.flags), "run_id": r.run_id, "commit": commit_of(r), "message": r.message,
+            "x_floor": None if x_floor(r) is None else round(x_floor(r), 3), "flags": list(r.flags), "run_id": r.run_id, "commit": commit_of(r), "message": r.message,
             "path": str(entry.path)}
 
 
@@ -243,6 +260,7 @@ def _board_rows(slot: dict, wide: bool = True) -> tuple[list[list[str]], list[li
         vs = f" (vs {label})" if label and wide else ""  # in short, the class names its baseline (the note)
         cells = [str(rec["rank"]), name(rec["solution"]), rec["class"] or "-", ms, _fmt(rec["ref_ms"], ".3f"),
                  speedup_text(rec["speedup"], interval) + (vs if rec["speedup"] is not None else ""),
+                 _fmt(rec.get("x_floor"), ".1f"),
                  ",".join(SHORT_FLAGS.get(f, f) if not wide else f for f in rec["flags"]) or "-", rec["run_id"]]
         ranked.append(cells + [rec["commit"] or "-"] if wide else cells)
     limit = 140 if wide else 60

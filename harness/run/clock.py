@@ -75,4 +75,5 @@ class BlockClock:
 
 def in_block(event: str | None, message: dict[str, Any]) -> bool:
     """Whether a worker's message is part of a timed block: a timed call's announcement or output."""
-    return (event == "call" and message.get("what") == "timed") or (event == "output" and message.get("kind") == "timed")
+    return ((event == "call" and message.get("what") == "timed")
+            or (event == "output" and message.get("kind") == "timed"))

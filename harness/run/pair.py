@@ -3,6 +3,7 @@ and judged as it goes, a diagnosis rerun after a CUDA error, and the verdict (ha
 Where the pair's time went is recorded in its phases."""
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -175,6 +176,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     timing = timing_of(outcome.events, {**refs, **interleaved,
                                         **(rounds.yardstick_timing() if rounds is not None else {})})
     timing = vouched(timing, w.blocks, cfg["checks"], lane.device, entry.get("overhead"))
+    if lane.device == "cpu" and "solution" in timing:  # what else ran on the host's cores meanwhile (A/A: issue 78)
+        timing["host_load"] = [round(os.getloadavg()[0], 2), len(os.sched_getaffinity(0))]
     if rounds is not None and rounds.disturbed:
         timing["reference_disturbed_ms"] = round(rounds.disturbed, 3)
     if rounds is not None and rounds.failed:

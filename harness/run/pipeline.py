@@ -297,7 +297,8 @@ def _yardstick_untrusted(then: dict[str, Any] | None, reference: dict[str, Any],
             judged = vouch(stats["rounds"], stats["lane_blocks"], reference["rounds"], reference["lane_blocks"],
                            bound_slack(checks, device), paired=False)
             if judged.get("ok") is False:
-                return f"the yardstick worker's times for '{role}' are not vouched for by the lane's clock: {judged['why']}"
+                return (f"the yardstick worker's times for '{role}' are not vouched for by the lane's clock: "
+                        f"{judged['why']}")
     return ""
 
 
@@ -415,5 +416,9 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
         message += f"; {floor_line}"
     if {"timing_untrusted", "timing_unvouched"} & set(flags):
         message += f"; the lane's clock: {timing['vouch']['why']}"
+    load, cores = timing.get("host_load") or (0.0, 0)
+    if cores and load > cores:   # a CPU lane: its timing shares the cores with whatever else runs
+        message += (f"; note: the host was busy (load {load:g} on {cores} core(s)), which the interval may not "
+                    f"cover: time it again on a quiet host")
     return status, message, "done", {"timing": timing, "correctness": report, "profile": profile,
                                      "flags": tuple(flags)}

@@ -57,7 +57,7 @@ class Progress:
             self.out(text)
 
     def pair_done(self, text: str, status: str) -> None:
-        self.line(shorten(text, self.width))
+        self.line("\n".join(shorten(line, self.width) for line in text.split("\n")))
         if self.pairs is not None:
             self.pairs.set_postfix_str(status, refresh=False)
             self.pairs.update(1)

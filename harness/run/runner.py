@@ -33,7 +33,7 @@ from .laneproc import LaneDied, LaneProc, Lanes
 from ..record.leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
 from ..core.precision import baseline_label
-from .progress import Progress, shorten
+from .progress import Progress, shorten, wrap
 from ..core.results import EvalResult, Status, with_store_time
 from ..core.solutions import Pair
 from ..core.store import Store
@@ -110,13 +110,44 @@ class Schedule:
             return self.ready + self.parked
 
 
+def sized_for_a_gpu(pairs: list[Pair], flop: float = 1e9) -> str:
+    """On a CPU run, one line up front naming the problems whose calls declare (floors.yaml) at least
+    `flop` of arithmetic: sized for a GPU, seconds a call and minutes a pair on a CPU ('' if none)."""
+    heavy: dict[str, float] = {}
+    for pair in pairs:
+        try:
+            declared = problems.declaration(pair.problem.path, pair.problem.sha256) or {}
+        except Exception:  # noqa: BLE001 - the run reports a bad declaration itself
+            declared = {}
+        if float(declared.get("min_flop") or 0) >= flop:
+            heavy[pair.problem.id.split("_", 1)[0]] = float(declared["min_flop"])
+    if not heavy:
+        return ""
+    named = ", ".join(f"{k} ({v / 1e9:.0f} GFLOP)" for k, v in sorted(heavy.items(), key=lambda kv: problems.order_key(kv[0])))
+    count = sum(1 for pair in pairs if pair.problem.id.split("_", 1)[0] in heavy)
+    return (f"cpu: {count} of these pairs are on problems sized for a GPU, {named} a call at least: seconds a call "
+            f"here, many minutes a pair, hours in all. Ctrl-C stops the run and prints what is recorded "
+            f"(--resume goes on); `--problem elementwise_add --device cpu` is the CPU example")
+
+
+PAIR_LINES = 4   # a pair that is not ok: its message wrapped over at most this many lines in a terminal
+
+
 def pair_line(result: EvalResult, done: int, total: int, width: int | None = None) -> str:
-    """A finished pair's progress line; with `width` (a terminal) its names short, the line cut to
-    fit (the result file holds everything)."""
+    """A finished pair's progress line; with `width` (a terminal) its names short and the line cut
+    to fit, except a pair that is not ok, whose message is what to act on: wrapped over at most
+    PAIR_LINES lines, and where even that is cut, it says where the whole of it is."""
     problem, solution = result.problem["id"], result.solution["name"]
     if width is not None:
         problem, solution = short_label(problem, 24), short_label(solution, 14)
-    return shorten(f"[{done}/{total}] {problem} / {solution}: {_describe(result)}", width)
+    line = f"[{done}/{total}] {problem} / {solution}: {_describe(result)}"
+    if width is None or len(line) <= width or result.status is Status.OK:
+        return shorten(line, width)
+    lines = wrap(line, width).split("\n")
+    if len(lines) > PAIR_LINES:
+        lines = lines[:PAIR_LINES - 1] + [shorten(f"  {lines[PAIR_LINES - 1].strip()}", width - 44)
+                                          + " (all of it: --wide, or the result's JSON)"]
+    return "\n".join(lines)
 
 
 def _describe(result: EvalResult) -> str:
@@ -282,6 +313,9 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         other = f", {len(off_device)} written for another device (DEVICES)" if off_device else ""
         out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
             f"{workers} worker(s), {len(pending) - len(to_build) - len(off_device)} already built{other}")
+        heavy = sized_for_a_gpu([run.pair for run in runs if id(run) not in off_device]) if device == "cpu" else ""
+        if heavy:
+            out(heavy)
     progress = Progress(out, len(pending), len(to_build), width=width)
 
     def record(result: EvalResult) -> None:
