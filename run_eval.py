@@ -9,6 +9,7 @@
   python run_eval.py lint [SOLUTION_OR_FOLDER ...]          # static checks, no GPU, seconds
   python run_eval.py compile [SOLUTION_OR_FOLDER ...]       # compile-only (nvcc / c++), no GPU
   python run_eval.py check [--problem P] [--timing] [--junit F] [--baseline RUN_DIR]   # the CI gate
+  python run_eval.py batch SUBMISSIONS.jsonl|-  # a training loop's batch: a JSON line per result as it is judged
 
 Exit codes (every command): 0 every evaluated pair is correct (lint/compile: no error); 1 some
 pair is not, or the gate found a regression (lint/compile: some error); 2 bad usage or bad input
@@ -61,6 +62,11 @@ def selection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", help="family, problem id, number, unique prefix, or a problem file path")
     p.add_argument("--solution", help="solution name (file stem) or a path to any solution file; 'reference': each "
                                       "problem's own Model as its solution (A/A: the harness's noise floor)")
+    run_args(p)
+
+
+def run_args(p: argparse.ArgumentParser) -> None:
+    """Which config, where results go, what runs them (eval, check and batch)."""
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default {DEFAULT_CONFIG})")
     p.add_argument("--device", choices=DEVICES, help="override the config's device")
     p.add_argument("--run-id", help="results go to <results_dir>/<run-id>/ (default: a new timestamped id)")
@@ -96,6 +102,58 @@ def check_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-skipped", action="store_true", help="pass even when no pair could be evaluated here")
     p.add_argument("--wide", action="store_true", help="lines and the table in full (wider than 120 columns)")
     return p
+
+
+def batch_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_eval.py batch", description=(
+        "Judge a batch of solutions on the main command's pipeline and print a JSON line for each as soon as it "
+        "is judged (progress goes to stderr). Each input line is an object: problem (as --problem takes it), "
+        "source (the solution's text) or file (its path), and optionally name and tag (handed back). Exit 0 when "
+        "every submission was judged, whatever its verdict; 2 when some line could not be (its JSON line says "
+        "why; the others are judged); 130 interrupted (--resume --run-id goes on)."))
+    p.add_argument("submissions", help="a JSON-lines file of submissions, or - for standard input")
+    run_args(p)
+    p.add_argument("--resume", action="store_true", help="answer the submissions recorded in --run-id from its "
+                                                         "results, and judge the rest")
+    p.add_argument("--full", action="store_true", help="each line also holds the whole result (as results/ stores it)")
+    return p
+
+
+def cmd_batch(argv: list[str]) -> int:
+    import json
+    from harness.cli.batch import judge_batch
+    args = batch_parser().parse_args(argv)
+    if args.resume and not args.run_id:
+        raise BadInput("--resume", "needs --run-id naming the run to resume")
+    cfg = configured(args)
+    where = "<stdin>" if args.submissions == "-" else args.submissions
+    if where != "<stdin>" and not Path(where).is_file():
+        raise BadInput(where, "submissions file not found")
+    text = sys.stdin.read() if where == "<stdin>" else Path(where).read_text()
+    submissions, malformed = [], []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            submissions.append(json.loads(raw))
+        except json.JSONDecodeError as exc:
+            malformed.append({"index": None, "tag": None, "status": "bad_input", "passed": False,
+                              "message": f"{where}:{number}: not a JSON object ({exc.msg})"})
+    run_id = args.run_id or new_run_id()
+    err = printer(None, sys.stderr)
+    bad = len(malformed)
+    for answer in malformed:
+        print(json.dumps(answer), flush=True)
+    try:
+        with interruptible():
+            for answer in judge_batch(submissions, cfg, run_id=run_id, resume=args.resume, out=err, full=args.full):
+                bad += answer["status"] == "bad_input"
+                print(json.dumps(answer, default=str), flush=True)
+    except KeyboardInterrupt:
+        err(f"interrupted: the rest: python run_eval.py {resume_command(argv, run_id)}")
+        return INTERRUPTED
+    err(f"results: {cfg.results_dir}/{run_id}/")
+    return BAD_INPUT if bad else OK
 
 
 def report_parser() -> argparse.ArgumentParser:
@@ -391,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         commands = {"report": cmd_report, "lint": cmd_lint, "compile": cmd_compile, "leaderboard": cmd_leaderboard,
-                    "check": cmd_check}
+                    "check": cmd_check, "batch": cmd_batch}
         if argv and argv[0] in commands:
             return commands[argv[0]](argv[1:])
         return cmd_eval(argv)

@@ -3,6 +3,7 @@ fixtures with the same verdicts as a local run; a lane (Ray actor) killed mid-pa
 on a new one, a second death records the pair as crashed with its node. (Without Ray, the flag's
 one line: tests/test_cli.py.)"""
 import json
+import re
 import subprocess
 import sys
 
@@ -33,14 +34,20 @@ def pairs(names):
     return [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in names]
 
 
+BUSY_HOST = re.compile(r"; note: the host was busy \(load [^)]*\), which the interval may not cover: time it again "
+                       r"on a quiet host")
+
+
 def verdicts(results):
     """Everything a result says apart from its timings, phases, environment and times of day (a
-    time-out's message names the reference's time; a build's record its seconds; whether ground
-    truth was computed for this pair or reused from one the lane ran before depends on the order
-    the pairs reach the lanes)."""
-    return {r.solution["name"]: (r.status, r.phase, r.message if r.status is not Status.TIMEOUT else "",
-                                 {k: v for k, v in r.correctness.items() if k != "truth"},
-                                 r.seeds, r.flags, [{**e, "seconds": 0} for e in r.build["extensions"]])
+    time-out's message names the reference's time; a build's record its seconds and CPU seconds; a
+    CPU pair's note of a busy host the load average while it was timed; whether ground truth was
+    computed for this pair or reused from one the lane ran before depends on the order the pairs
+    reach the lanes)."""
+    def message(r):
+        return BUSY_HOST.sub("", r.message) if r.status is not Status.TIMEOUT else ""
+    return {r.solution["name"]: (r.status, r.phase, message(r), {k: v for k, v in r.correctness.items() if k != "truth"},
+                                 r.seeds, r.flags, [{**e, "seconds": 0, "cpu_s": 0} for e in r.build["extensions"]])
             for r in results}
 
 

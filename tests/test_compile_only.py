@@ -14,13 +14,25 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 FAST = FIXTURES / "configs" / "fast.yaml"
 
 
+LINES: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def compiled():
     files = [FIXTURE_SOLUTIONS / "cpp_syntax_error.py", FIXTURE_SOLUTIONS / "cpp_type_dispatch.py"]
     if find_nvcc():
         files += [FIXTURE_SOLUTIONS / "cuda_type_dispatch.py"] + solution_files([])
-    results = compile_solutions(files, load_config(FAST), out=lambda line: None)
+    results = compile_solutions(files, load_config(FAST), out=LINES.append)
     return {r["path"]: r for r in results}
+
+
+def test_each_recipe_compiled_records_its_cpu_seconds(compiled):
+    """What a recipe cost the CPU (its compile step's children: ninja and the compilers), beside its
+    wall time: builds are what limits generated kernels per hour (docs/harness-perf.md)."""
+    recipes = [r for item in compiled.values() for r in item["recipes"]]
+    fresh = [r for r in recipes if not r["cached"]]   # with a warm build cache (not CI's), none is
+    assert recipes and all(r["cpu_s"] > 0.5 and r["seconds"] > 0 for r in fresh), fresh
+    assert not fresh or any(f"{len(fresh)} recipe(s) compiled" in line and "CPU-s in all" in line for line in LINES)
 
 
 def test_cpp_compile_error_has_the_same_message_as_a_real_build(compiled, tmp_path):

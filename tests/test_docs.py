@@ -11,7 +11,7 @@ import pytest
 from harness import REPO_ROOT
 
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-SUBCOMMANDS = ("report", "lint", "compile", "leaderboard", "check")
+SUBCOMMANDS = ("report", "lint", "compile", "leaderboard", "check", "batch")
 
 
 def links(page):

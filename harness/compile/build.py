@@ -86,6 +86,21 @@ def find_nvcc() -> str | None:
         return str(Path(home, "bin", "nvcc"))
     return shutil.which("nvcc")
 
+
+def cuda_home() -> str | None:
+    """The toolkit root, following wrapper scripts (e.g. /usr/local/bin/nvcc -> cuda-13.0)."""
+    nvcc = find_nvcc()
+    if not nvcc:
+        return None
+    real = Path(os.path.realpath(nvcc))
+    try:
+        text = real.read_text(errors="replace")[:2000] if real.stat().st_size < 4096 else ""
+    except OSError:
+        text = ""
+    m = re.search(r"(/\S+)/bin/nvcc\b", text)
+    return m.group(1) if m else str(real.parent.parent)
+
+
 def plain_params(params: dict[str, Any]) -> dict[str, Any]:
     """load_inline's arguments as plain data (a recipe crosses processes as JSON): paths as
     strings, tuples as lists; build_directory and verbose left out (they do not change what is

@@ -18,7 +18,7 @@ import subprocess
 import types
 from pathlib import Path
 
-from .build import find_nvcc  # noqa: F401 - where callers of compile-only look for it
+from .build import cuda_home, find_nvcc  # noqa: F401 - find_nvcc: where callers of compile-only look for it
 
 STUBS = {
     "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n",
@@ -35,20 +35,6 @@ STUBS = {
 STUB_MARK = "kb-harness compile-only stub"
 
 
-
-
-def cuda_home() -> str | None:
-    """The toolkit root, following wrapper scripts (e.g. /usr/local/bin/nvcc -> cuda-13.0)."""
-    nvcc = find_nvcc()
-    if not nvcc:
-        return None
-    real = Path(os.path.realpath(nvcc))
-    try:
-        text = real.read_text(errors="replace")[:2000] if real.stat().st_size < 4096 else ""
-    except OSError:
-        text = ""
-    m = re.search(r"(/\S+)/bin/nvcc\b", text)
-    return m.group(1) if m else str(real.parent.parent)
 
 
 def stub_dir(root: Path, search: list[str]) -> Path | None:
@@ -154,7 +140,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     plan = sandbox.prepare(cfg, [Path(f).resolve().parent for f in files]).to_dict()
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
-    compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s)
+    compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s,
+                        cfg.build.pch != "off")
     known = discover()
 
     def build_step(path: Path) -> dict:
@@ -180,6 +167,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
         """The solution's item: its build step's failure, else its first recipe that failed (compiled
         again in its own folder where another solution's compile of it failed first), else ok."""
         item, failed = step["item"], step["failed"]
+        item["recipes"] = []
         for index, (key, recipe) in enumerate(step["recipes"]):
             if failed:
                 break
@@ -187,6 +175,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             if result.failed and first is not step:
                 result = compiler.run(recipe, step["work"] / f"compile{index}")
             failed = result.failed
+            item["recipes"].append({k: result.ext[k] for k in ("name", "cached", "seconds", "cpu_s") if k in result.ext}
+                                   | {"cached": result.ext.get("cached") or first is not step})
         shutil.rmtree(step["work"], ignore_errors=True)
         if failed:
             status, message, detail, _ = failed
@@ -219,6 +209,10 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             for step in steps:  # each printed once its recipes are done, in the files' order
                 done = {key: pending[key].result() for key, _ in step["recipes"]}
                 items.append(finish(step, done))
+            costs = sorted(pending[key].result()[1].ext.get("cpu_s") or 0.0 for key in todo)
+            if costs:
+                out(f"compile-only: {len(costs)} recipe(s) compiled, {sum(costs):.0f} CPU-s in all, "
+                    f"{costs[len(costs) // 2]:.0f} CPU-s the median recipe")
             return items
     finally:
         shutil.rmtree(work_root, ignore_errors=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import resource
 import sys
 import time
 import types
@@ -53,8 +54,28 @@ def _build_only(cpp_ext):
     return jit_compile
 
 
-def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit) -> Path:
-    """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError."""
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of this process's finished children and theirs: ninja and
+    every compiler it ran (each waited for in turn), so a recipe's CPU cost whatever ran in parallel."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _with_pch(jit_compile, pch: str | None):
+    """main.cpp's include path with the folder of a precompiled torch/extension.h first after the
+    recipe's own folders (harness/compile/pch.py); the C++ flags only: nvcc never reads it."""
+    if not pch:
+        return jit_compile
+
+    def compile_with(name, sources, extra_cflags, *args, **kwargs):
+        return jit_compile(name, sources, [*(extra_cflags or []), f"-I{pch}"], *args, **kwargs)
+    return compile_with
+
+
+def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit,
+                   pch: str | None = None) -> Path:
+    """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError. `pch`: a
+    folder holding a precompiled torch/extension.h for main.cpp."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -69,8 +90,8 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     emit("build_start", **info)
     layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
     log_path = build_dir / "harness_build.current.log"
-    cpp_ext._jit_compile = make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext)
-    start = time.monotonic()
+    cpp_ext._jit_compile = _with_pch(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), pch)
+    start, cpu = time.monotonic(), _children_cpu_s()
     try:
         with _capture_fds(log_path):
             cpp_ext.load_inline(**params, build_directory=str(build_dir), verbose=True)
@@ -78,13 +99,13 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
         log = log_path.read_text(errors="replace")
         if str(exc) and str(exc) not in log:
             log += f"\n{type(exc).__name__}: {exc}\n"
-        emit("build_end", **info, ok=False, seconds=time.monotonic() - start, log=log)
+        emit("build_end", **info, ok=False, seconds=time.monotonic() - start, cpu_s=_children_cpu_s() - cpu, log=log)
         site = describe_build_error(log, layout, candidate_files(Path(c) for c in recipe.get("callers", [])), _display)
         raise BuildError(name, log, str(build_dir), site) from None
     log = log_path.read_text(errors="replace")
     (build_dir / LOG_NAME).write_text(log)
     log_path.unlink()
-    emit("build_end", **info, ok=True, seconds=time.monotonic() - start, log=log)
+    emit("build_end", **info, ok=True, seconds=time.monotonic() - start, cpu_s=_children_cpu_s() - cpu, log=log)
     return build_dir
 
 
@@ -98,7 +119,7 @@ def main(argv: list[str]) -> None:
     try:
         os.nice(10)  # compiling yields the CPU to the lanes' timed calls
         compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
-                       request["arch"], events.emit)
+                       request["arch"], events.emit, request.get("pch"))
         events.emit("done")
     except BuildError as exc:
         events.emit("error", status="build_error", message=str(exc), detail=exc.log[-20000:], phase="build")

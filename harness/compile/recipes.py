@@ -29,6 +29,7 @@ from typing import Any, Callable
 from ..isolate import sandbox
 from .build import LOG_NAME, folder_of
 from .failures import failure
+from .pch import folder_for
 from ..isolate.isolation import run_module
 from ..core.results import Status
 
@@ -98,6 +99,7 @@ class Compiler:
     hidden: list[str]                    # what no sandboxed process reads (the results, work folders, the cache)
     env: dict[str, str]                  # MAX_JOBS, TORCH_CUDA_ARCH_LIST, ...
     limit_s: float                       # timeouts.build_s
+    pch: bool = False                    # main.cpp may read a precompiled torch/extension.h (harness/compile/pch.py)
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""
@@ -112,10 +114,12 @@ class Compiler:
         name = recipe["params"]["name"]
         scratch = where / "scratch"
         build_root = scratch / "builds" if self.plan["mode"] != "off" else where / "builds"
+        pch = folder_for(Path(self.cache_dir) / "pch", recipe["params"], self.env) if self.pch else None
         policy = None
         if self.plan["mode"] != "off":
-            policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden)
-        request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch}
+            policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
+        request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch,
+                   "pch": pch}
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
                              phase_limits={"build": self.limit_s},
                              env={**self.env, "CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": self.arch},
@@ -123,7 +127,8 @@ class Compiler:
         ran_in = {k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")}
         end = outcome.last("build_end") or {}
         ext = {"name": name, "key": end.get("key"), "dir": None, "cached": False, "ok": False,
-               "seconds": round(float(end.get("seconds") or outcome.wall_s), 3)}
+               "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
+               **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {})}
         failed = failure(outcome, "(timeouts.build_s)")
         built = build_root / target.name
         if failed is None and not published(built, compile_only):

@@ -153,6 +153,8 @@ class TimeoutConfig:
 class BuildConfig:
     jobs: int = 0              # parallel build workers; 0 = number of CPU cores
     cache_dir: str = ""        # "" = $KB_BUILD_CACHE or ~/.cache/kb-harness/builds
+    pch: str = "auto"          # torch/extension.h precompiled for main.cpp (harness/compile/pch.py): auto (CPU runs
+                               # and compile-only; CUDA runs once verified on a GPU) | on | off
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "timing.reference_max_age_s and timing.reference_max_temp_delta_c must be > 0")
     if cfg.build.jobs < 0:
         raise BadInput(where, "build.jobs must be >= 0")
+    if cfg.build.pch not in ("auto", "on", "off"):
+        raise BadInput(where, f"build.pch must be one of auto, on, off, got {cfg.build.pch!r}")
     if cfg.sandbox not in ("auto", "required", "off"):
         raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
     lim = cfg.limits

@@ -77,8 +77,9 @@ class RunContext:
 
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
+        pch = self.cfg.build.pch == "on" or (self.cfg.build.pch == "auto" and self.device == "cpu")  # CUDA: to verify
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
-                        self.worker_env(), self.cfg.timeouts.build_s)
+                        self.worker_env(), self.cfg.timeouts.build_s, pch)
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
@@ -102,7 +103,8 @@ def request(ctx: RunContext, pair: Pair, mode: str) -> dict[str, Any]:
 
 def build_info(outcome: Outcome) -> dict[str, Any]:
     builds = outcome.all("build")
-    return {"extensions": [{k: b.get(k) for k in ("name", "key", "dir", "cached", "seconds", "ok")} for b in builds],
+    return {"extensions": [{**{k: b.get(k) for k in ("name", "key", "dir", "cached", "seconds", "ok")},
+                            **({"cpu_s": b["cpu_s"]} if "cpu_s" in b else {})} for b in builds],
             "log": "\n".join(b.get("log", "") for b in builds)}
 
 

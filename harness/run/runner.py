@@ -34,7 +34,7 @@ from ..record.leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
 from ..core.precision import baseline_label
 from .progress import Progress, shorten, wrap
-from ..core.results import EvalResult, Status, with_store_time
+from ..core.results import EvalResult, Status, pair_key, with_store_time
 from ..core.solutions import Pair
 from ..core.store import Store
 
@@ -198,21 +198,39 @@ def digest(files: list[Path]) -> dict[str, str]:
     return found
 
 
+def unchanged_since(pairs: list[Pair], yardsticks: dict[tuple[str, str], tuple[str, str]] | None, cfg: Config,
+                    device: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """The CI gate's solutions unchanged since the revision (the same sources, helpers included):
+    now's key -> then's, whose pair leaves the run; the pair's yardstick worker times its own
+    solution as both then and now (harness/run/worker.py run_yardstick)."""
+    if not yardsticks or not gate_in_same_rounds(cfg, device):
+        return {}
+    by_pair = {(p.problem.id, p.solution.name): p for p in pairs}
+    unchanged = {}
+    for now_key, then_key in yardsticks.items():
+        now_pair, then_pair = by_pair.get(now_key), by_pair.get(then_key)
+        if now_pair and then_pair and now_pair.solution.sources_sha256 == then_pair.solution.sources_sha256:
+            unchanged[now_key] = then_key
+    return unchanged
+
+
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
              out: Callable[[str], None] = print, lanes: Lanes | None = None,
-             width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
-             ) -> list[EvalResult]:
+             width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None,
+             on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
     """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
     `yardsticks`: (problem id, solution name) of a pair -> that of another pair of the run, the
     same solution at a revision (the CI gate's --baseline-rev): timed in the first's rounds, and
     itself judged for correctness only (harness/run/rounds.py ReferenceRounds); where its sources are
     the first's, it is not run at all (no result): the first's yardstick times its own code as then.
     The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
-    raises CheckoutChanged once every result is stored (the run's manifest names the files)."""
+    raises CheckoutChanged once every result is stored (the run's manifest names the files).
+    `on_result` is called with each result once it is stored (a resumed run's recorded ones first),
+    from the thread that stored it (harness/cli/batch.py streams them)."""
     files = checkout_files(pairs, cfg)
     before = digest(files)
     results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width,
-                        yardsticks=yardsticks)
+                        yardsticks=yardsticks, on_result=on_result or (lambda result: None))
     changed = [name for name, sha in digest(files).items() if sha != before[name]]
     if changed:
         shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
@@ -222,8 +240,8 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
 
 
 def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
-              lanes: Lanes | None, width: int | None = None,
-              yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None) -> list[EvalResult]:
+              lanes: Lanes | None, width: int | None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
+              on_result: Callable[[EvalResult], None]) -> list[EvalResult]:
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
@@ -252,39 +270,28 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         first.validate(pairs, extra, cfg.source)
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
-            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks)
+            return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks,
+                        on_result)
     finally:
         lanes.close()
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
          info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
-         width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None
-         ) -> list[EvalResult]:
+         width: int | None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
+         on_result: Callable[[EvalResult], None]) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
-    # The CI gate's solutions unchanged since the revision (the same sources, helpers included) are
-    # not judged twice: the revision's pair leaves the run, and the pair's yardstick worker times
-    # its own solution as both then and now (harness/run/worker.py run_yardstick).
-    unchanged: dict[tuple[str, str], tuple[str, str]] = {}   # now's key -> then's, left out of the run
-    if yardsticks and gate_in_same_rounds(cfg, device):
-        by_pair = {(p.problem.id, p.solution.name): p for p in pairs}
-        for now_key, then_key in yardsticks.items():
-            now_pair, then_pair = by_pair.get(now_key), by_pair.get(then_key)
-            if now_pair and then_pair and now_pair.solution.sources_sha256 == then_pair.solution.sources_sha256:
-                unchanged[now_key] = then_key
-        pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in set(unchanged.values())]
+    unchanged = unchanged_since(pairs, yardsticks, cfg, device)
+    pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in set(unchanged.values())]
     Path(cfg.results_dir).mkdir(parents=True, exist_ok=True)  # once the run's input is known to be good
     store = Store(cfg.results_dir, run_id)
     base_env = {"git": git_info(), "device": device, **({"gpu_name": info["gpu_name"]} if "gpu_name" in info else {})}
-    done: dict[str, EvalResult] = {}
-    pending: list[Pair] = []
-    for pair in pairs:
-        previous = store.recorded(pair) if resume else None
-        if previous is not None:
-            done[previous.key] = previous
-        else:
-            pending.append(pair)
+    recorded = [r for r in (store.recorded(p) for p in pairs) if r is not None] if resume else []
+    done: dict[str, EvalResult] = {r.key: r for r in recorded}
+    pending = [p for p in pairs if pair_key(p.problem.id, p.solution.name) not in done]
+    for result in recorded:
+        on_result(result)
     secret = cfg.secret_seed if cfg.secret_seed >= 0 else secrets.randbits(31)
     store.write_manifest({"run_id": run_id, "device": device, "arch": info["arch"], "config": cfg.to_dict(),
                           "config_file": cfg.source, "pairs": [f"{p.problem.id}__{p.solution.name}" for p in pairs],
@@ -326,6 +333,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             store.write(result)
             done[result.key] = result
             progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
+        on_result(result)
 
     by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
     for now_key, then_key in (yardsticks or {}).items():

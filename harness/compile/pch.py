@@ -1,0 +1,157 @@
+"""torch/extension.h precompiled once for every main.cpp compiled with the same flags.
+
+load_inline's main.cpp begins with `#include <torch/extension.h>`: about 400,000 lines that g++
+parses for every recipe, most of what its main.cpp costs (docs/harness-perf.md, "The builds").
+GCC looks for `torch/extension.h.gch` in each folder of the include path before the header
+itself, and uses it only where it is valid for the compile's options; where it is not, the search
+goes on to the header. The object is the same either way (measured byte for byte). So a folder
+that holds only `torch/extension.h.gch`, put on main.cpp's include path by one `-I` in the
+compile's C++ flags (searched after the recipe's own include folders, before torch's -isystem
+ones), lets the compile start from the precompiled state.
+
+Trust: the header is precompiled by the trusted side (`python -m harness.compile.pch`, run by the
+runner's Compiler, never by the sandboxed compile step), from torch's own header with torch's own
+flags for the recipe, and only for a recipe whose extra C++ flags all come from SAFE (none names a
+file or runs a program) and that adds no include folder of its own (which could shadow a header
+torch/extension.h includes). The compile step only reads it.
+
+Cost: a precompiled header is about 800 MB and about 50 CPU-s; one is made for a set of flags the
+second time a recipe asks for it (a one-off set never pays), and beyond KEEP the least recently
+used are removed (a compile that finds its folder gone parses the header, as without).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GCH = Path("torch") / "extension.h.gch"
+KEEP = 3
+# flags that change how the header is compiled but name no file and run no program
+SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?|W[\w=+-]*|w|pthread|"
+                  r"f(?!plugin)[\w=.+-]+|m[\w=.+-]+)")
+_memo: dict[tuple, str | None] = {}
+_lock = threading.Lock()
+
+
+def eligible(params: dict[str, Any]) -> bool:
+    """Whether a recipe's main.cpp may read a precompiled torch/extension.h: it begins with
+    load_inline's implicit include, adds no include folder, and every extra C++ flag is SAFE."""
+    flags = params.get("extra_cflags") or []
+    return (bool(params.get("cpp_sources")) and not params.get("no_implicit_headers") and not params.get("use_pch")
+            and not params.get("extra_include_paths") and isinstance(flags, list)
+            and all(isinstance(f, str) and SAFE.fullmatch(f) for f in flags))
+
+
+def folder_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> str | None:
+    """The folder to put on the recipe's C++ include path, or None (not eligible, asked for once
+    only so far, or it could not be made). Memoized per flag set for the process's life."""
+    if not eligible(params):
+        return None
+    with_cuda = params.get("with_cuda")
+    with_cuda = bool(params.get("cuda_sources")) if with_cuda is None else bool(with_cuda)
+    signature = (str(root), with_cuda, tuple(params.get("extra_cflags") or []))
+    with _lock:
+        if signature in _memo:
+            known = _memo[signature]
+            if known is None or (Path(known) / GCH).is_file():
+                if known:
+                    os.utime(known)
+                return known
+    request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2])}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness.compile.pch", json.dumps(request)], capture_output=True,
+                              text=True, timeout=900, env={**os.environ, **env},
+                              cwd=Path(__file__).resolve().parents[2])
+        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"why": "failed"}
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        answer = {"why": "failed"}
+    if answer.get("folder") or answer.get("why") == "failed":   # asked once only so far: asked again next time
+        with _lock:
+            _memo[signature] = answer.get("folder")
+    return answer.get("folder")
+
+
+def _torch_flags(with_cuda: bool, extra_cflags: list[str], scratch: Path) -> tuple[str, list[str], list[str]]:
+    """torch's C++ compiler and flags for main.cpp of such a recipe, as its ninja file has them,
+    without the extension's name."""
+    import torch.utils.cpp_extension as cpp_ext
+    if with_cuda and cpp_ext.CUDA_HOME is None:
+        from .build import cuda_home
+        cpp_ext.CUDA_HOME = cuda_home()
+    sources = [str(scratch / "main.cpp")] + ([str(scratch / "cuda.cu")] if with_cuda else [])
+    ninja = scratch / "build.ninja"
+    cpp_ext._write_ninja_file_to_build_library(
+        path=str(ninja), name="kb_pch", sources=sources, extra_cflags=extra_cflags, extra_cuda_cflags=[],
+        extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[], with_cuda=with_cuda, with_sycl=False,
+        is_standalone=False)
+    lines = dict(re.findall(r"^(cxx|cflags|post_cflags) = ?(.*)$", ninja.read_text(), re.MULTILINE))
+    flags = [f for f in shlex.split(lines.get("cflags", "")) if f != "-DTORCH_EXTENSION_NAME=kb_pch"]
+    return lines.get("cxx", "c++"), flags, shlex.split(lines.get("post_cflags", ""))
+
+
+def _prune(root: Path, keep: int = KEEP) -> None:
+    made = sorted((p for p in root.iterdir() if p.is_dir() and (p / GCH).is_file()),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in made[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def make(root: Path, with_cuda: bool, extra_cflags: list[str]) -> dict[str, Any]:
+    """{"folder": the folder of a precompiled torch/extension.h for these flags}, made the second
+    time it is asked for (the count kept beside it); else {"why": "first"} or {"why": "failed"}."""
+    import torch
+    import torch.utils.cpp_extension as cpp_ext
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        cxx, flags, post = _torch_flags(with_cuda, extra_cflags, Path(scratch))
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(json.dumps([torch.__version__, cxx, version, flags, post]).encode()).hexdigest()[:20]
+    folder = root / key
+    with open(root / f"{key}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / GCH).is_file():
+            os.utime(folder)
+            return {"folder": str(folder)}
+        lock.seek(0)
+        asked = int(lock.read().strip() or 0) + 1
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(asked))
+        lock.flush()
+        if asked < 2:
+            return {"why": "first"}
+        header = Path(cpp_ext.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        (staging / GCH.parent).mkdir(parents=True)
+        start = time.monotonic()
+        proc = subprocess.run([cxx, *flags, "-x", "c++-header", str(header), "-o", str(staging / GCH), *post],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            return {"why": "failed", "log": proc.stdout[-2000:] + proc.stderr[-2000:]}
+        (staging / "made.json").write_text(json.dumps({"flags": flags, "post": post, "cxx": cxx, "torch": torch.__version__,
+                                                       "seconds": round(time.monotonic() - start, 1)}))
+        for path in (staging, staging / GCH.parent):
+            os.chmod(path, 0o755)
+        os.chmod(staging / GCH, 0o644)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(staging, folder)
+    _prune(root)
+    return {"folder": str(folder)}
+
+
+if __name__ == "__main__":
+    request = json.loads(sys.argv[1])
+    print(json.dumps(make(Path(request["root"]), bool(request["with_cuda"]), list(request["extra_cflags"]))))

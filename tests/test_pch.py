@@ -1,0 +1,55 @@
+"""A precompiled torch/extension.h for main.cpp (harness/compile/pch.py): only for recipes whose
+flags cannot change what the header means, made by the trusted side the second time a flag set is
+asked for, read by the sandboxed compile step, and the object it gives is the one without it,
+byte for byte."""
+import json
+from pathlib import Path
+
+from harness.compile import pch
+from harness.compile.compile_only import compile_solutions
+from harness.core.config import load_config, with_overrides
+from conftest import FIXTURES
+
+SOURCE = '''import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="pch_probe", cpp_sources="torch::Tensor twice(torch::Tensor x) { return x * 2; }",
+                  functions=["twice"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.twice(a) + b - a
+'''
+
+
+def test_only_flags_that_name_no_file_and_no_folder_of_its_own_may_read_it():
+    plain = {"cpp_sources": "int f();", "extra_cflags": ["-O3", "-DN=4", "-std=c++20", "-Wall", "-march=native"]}
+    assert pch.eligible(plain) and pch.eligible({"cpp_sources": ["int f();"]})
+    for bad in ({"extra_cflags": ["-include", "x.h"]}, {"extra_cflags": ["-I/tmp"]}, {"extra_cflags": ["-fplugin=x.so"]},
+                {"extra_cflags": ["-B/tmp"]}, {"extra_cflags": ["-specs=x"]}, {"extra_cflags": ["@opts"]},
+                {"extra_include_paths": ["/tmp"]}, {"no_implicit_headers": True}, {"use_pch": True},
+                {"cpp_sources": ""}):
+        assert not pch.eligible({**plain, **bad}), bad
+
+
+def test_main_cpp_read_through_it_is_the_same_object(tmp_path):
+    solution = tmp_path / "sol" / "pch_probe.py"
+    solution.parent.mkdir()
+    solution.write_text(SOURCE)
+    root = tmp_path / "on" / "pch"
+    assert pch.make(root, False, []) == {"why": "first"}   # a flag set asked for once is not worth 800 MB
+    made = pch.make(root, False, [])
+    folder = Path(made["folder"])
+    assert (folder / pch.GCH).is_file() and json.loads((folder / "made.json").read_text())["flags"]
+    objects = {}
+    for mode in ("on", "off"):
+        cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                             {"build.cache_dir": str(tmp_path / mode), "build.pch": mode})
+        [item] = compile_solutions([solution], cfg, out=lambda line: None)
+        assert item["status"] == "ok", item["message"]
+        [built] = (tmp_path / mode / "compile-only").glob("pch_probe-*")
+        log = (built / "harness_build.log").read_text()
+        assert (f"-I{folder}" in log) is (mode == "on"), log[-2000:]
+        objects[mode] = (built / "main.o").read_bytes()
+    assert objects["on"] == objects["off"]
