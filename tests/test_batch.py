@@ -65,3 +65,12 @@ def test_the_command_reads_json_lines_and_exits_2_when_one_cannot_be_judged(tmp_
     assert lines[0]["status"] == "bad_input" and lines[0]["message"].startswith("<stdin>:2: not a JSON object")
     assert lines[1]["tag"] == 7 and lines[1]["status"] == "ok", lines
     assert "results: " in proc.stderr
+
+
+def test_a_text_written_for_another_precision_is_refused_saying_so(tmp_path):
+    from harness.cli.batch import accept
+    text = 'PRECISIONS = ("bf16",)\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    pass\n'
+    accepted, refused = accept([{"problem": "elementwise_add", "source": text, "tag": 3}], tmp_path, "fp32")
+    assert not accepted and refused[0]["tag"] == 3 and "written for bf16" in refused[0]["message"]
+    accepted, refused = accept([{"problem": "elementwise_add", "source": text}], tmp_path, "bf16")
+    assert len(accepted) == 1 and not refused and accepted[0].pair.solution.path.read_text() == text

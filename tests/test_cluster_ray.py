@@ -34,20 +34,23 @@ def pairs(names):
     return [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in names]
 
 
-BUSY_HOST = re.compile(r"; note: the host was busy \(load [^)]*\), which the interval may not cover: time it again "
-                       r"on a quiet host")
+BUSY_HOST = re.compile(r"; note: the host was busy \(load [\d.]+ on \d+ core\(s\)\), which the interval may not cover: "
+                       r"time it again on a quiet host")
 
 
 def verdicts(results):
     """Everything a result says apart from its timings, phases, environment and times of day (a
-    time-out's message names the reference's time; a build's record its seconds and CPU seconds; a
-    CPU pair's note of a busy host the load average while it was timed; whether ground truth was
-    computed for this pair or reused from one the lane ran before depends on the order the pairs
-    reach the lanes)."""
+    time-out's message names the reference's time; a build's record its seconds and CPU seconds,
+    and whether the first run had built it already; a CPU pair's note of a busy host the load
+    average while it was timed; whether ground truth was computed for this pair or reused from one
+    the lane ran before depends on the order the pairs reach the lanes)."""
     def message(r):
         return BUSY_HOST.sub("", r.message) if r.status is not Status.TIMEOUT else ""
+
+    def builds(r):
+        return [{**e, "seconds": 0, "cpu_s": 0, "cached": None} for e in r.build["extensions"]]
     return {r.solution["name"]: (r.status, r.phase, message(r), {k: v for k, v in r.correctness.items() if k != "truth"},
-                                 r.seeds, r.flags, [{**e, "seconds": 0, "cpu_s": 0} for e in r.build["extensions"]])
+                                 r.seeds, r.flags, builds(r))
             for r in results}
 
 

@@ -9,7 +9,7 @@ JSON can hold, handed back with its result, e.g. the sample's id in the loop). A
 as it is, to `<folder>/<problem id>/<name>.py` and judged from there: a file of its own, like any
 solution, so identical texts build once (the build cache is keyed by the sources). A submission
 that cannot be judged (no such problem, neither or both of source and file, a name used twice for
-one problem) is answered at once with status `bad_input` and the reason; the others go on.
+one problem, PRECISIONS that leave out the run's) is answered at once with status `bad_input` and the reason; the others go on.
 
 Each result is stored in the run's folder as the main command stores it (`--resume` goes on with
 an interrupted batch), and handed back as a line (`line`): the verdict, the speedup and its
@@ -50,9 +50,9 @@ def sources_folder(cache: Path, run_id: str) -> Path:
 
 
 def accept(submissions: Iterable[Mapping[str, Any]], folder: Path,
-           all_problems: list[problems.Problem] | None = None) -> tuple[list[Accepted], list[dict[str, Any]]]:
+           precision: str = "fp32") -> tuple[list[Accepted], list[dict[str, Any]]]:
     """The submissions as pairs (texts written under `folder`), and a `bad_input` line for each
-    that cannot be judged."""
+    that cannot be judged in a run of `precision`."""
     accepted: list[Accepted] = []
     refused: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -61,6 +61,9 @@ def accept(submissions: Iterable[Mapping[str, Any]], folder: Path,
         try:
             pair = _pair(item, index, folder)
             key = pair_key(pair.problem.id, pair.solution.name)
+            if not pair.solution.supports(precision):
+                raise BadInput(f"submission {index}", f"written for {'/'.join(pair.solution.precisions)} (PRECISIONS "
+                                                      f"in its text), not for this run's {precision}")
             if key in seen:
                 raise BadInput(f"submission {index}", f"name '{pair.solution.name}' is used twice for problem "
                                                       f"{pair.problem.id}: give each its own name")
@@ -132,7 +135,7 @@ def judge_batch(submissions: Iterable[Mapping[str, Any]], cfg: Config, *, run_id
     own; a loop that stops iterating early leaves it to finish (its results are stored)."""
     from ..compile.build import cache_dir_of
     from ..run.runner import evaluate
-    accepted, refused = accept(submissions, sources_folder(cache_dir_of(cfg), run_id))
+    accepted, refused = accept(submissions, sources_folder(cache_dir_of(cfg), run_id), cfg.precision)
     yield from refused
     if not accepted:
         return

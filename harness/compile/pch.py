@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 GCH = Path("torch") / "extension.h.gch"
-KEEP = 3
+KEEP = 4
 # flags that change how the header is compiled but name no file and run no program
 SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?|W[\w=+-]*|w|pthread|"
                   r"f(?!plugin)[\w=.+-]+|m[\w=.+-]+)")
