@@ -119,11 +119,12 @@ def line(result: EvalResult, tag: Any = None, index: int | None = None) -> dict[
     """What a loop needs of a result: its verdict, its speed with the interval, why, and where
     the whole of it is stored."""
     timing = result.timing or {}
-    solution, reference = timing.get("solution") or {}, timing.get("reference") or {}
+    solution = timing.get("solution") or {}
+    reference = timing.get(timing.get("baseline") or "reference") or {}   # what the speedup is against
     return {"index": index, "tag": tag, "problem": result.problem["id"], "solution": result.solution["name"],
             "status": result.status.value, "passed": result.status.passed,
             "speedup": timing.get("speedup"), "speedup_ci": timing.get("speedup_ci"),
-            "ms": solution.get("median_ms"), "ref_ms": reference.get("median_ms"),
+            "ms": solution.get("median_ms"), "ref_ms": reference.get("median_ms"), "baseline": timing.get("baseline"),
             "precision": result.precision, "flags": list(result.flags), "message": result.message,
             "phase": result.phase, "seconds": result.duration_s, "run_id": result.run_id}
 
