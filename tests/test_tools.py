@@ -1,4 +1,5 @@
 """The A/B tool's variant parsing (tools/ab_variants.py; the timing itself needs a GPU)."""
+import json
 import pytest
 
 from harness import REPO_ROOT
@@ -154,3 +155,53 @@ def test_a_truncated_variant_takes_the_first_arguments_and_refuses_a_later_one_s
     assert t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 0) == ("x", "w", 5)
     with pytest.raises(RuntimeError, match="takes 3 arguments"):
         t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 1)
+
+
+def test_lane_clock_reads_what_the_harness_held_a_pair_to(tmp_path, capsys):
+    from tools import lane_clock
+    vouch = {"reported_ms": 0.19, "calls": {"overhead_ms": 0.15, "excess_ms": -0.04, "bound_ms": 0.03},
+             "block": {"overhead_ms": 1.6, "excess_ms": 0.25, "bound_ms": 0.5}}
+    timed = {"problem": {"id": "44_x"}, "solution": {"name": "fast"}, "status": "ok", "flags": [],
+             "timing": {"vouch": vouch}}
+    untimed = {"problem": {"id": "44_x"}, "solution": {"name": "wrong"}, "status": "incorrect", "timing": {}}
+    (tmp_path / "a.json").write_text(json.dumps(timed))
+    (tmp_path / "b.json").write_text(json.dumps(untimed))
+    (tmp_path / "run.json").write_text("{}")
+    assert lane_clock.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and "fast" in out[1] and "wrong" not in "".join(out)
+    assert out[1].split()[7] == "-1.3333" and out[1].split()[11] == "0.5000"
+    assert out[-1] == "1 pair(s); the largest share of a bound used: 0.50"
+
+
+def test_clock_redteam_counts_a_flagged_fixture_as_caught_and_a_trusted_fast_one_as_not():
+    from types import SimpleNamespace as NS
+    from tools.clock_redteam import table
+
+    def result(name, status, ms, flags=()):
+        return NS(solution={"name": name}, status=NS(value=status), flags=list(flags), message="",
+                  timing={"solution": {"median_ms": ms}, "vouch": {"reported_ms": ms}})
+    twin = result("cheat_reference_output", "ok", 1.75)
+    flagged = result("cheat_clock_event", "ok", 0.52, ["timing_untrusted"])
+    lines, every = table([twin, flagged])
+    assert every and " flag " in lines[2]
+    lines, every = table([twin, flagged, result("cheat_clock_timer", "ok", 0.54)])
+    assert not every and " NO " in lines[3]
+    lines, every = table([twin, result("cheat_clock_host", "ok", 1.72)])   # within 10% of its twin
+    assert every
+
+
+def test_gpu_smoke_stopped_at_its_deadline_says_what_ran_and_lists_the_rest():
+    from tools.gpu_smoke import stopped_part
+    log = ("tests/test_gpu_lanes.py::test_one_lane_per_gpu SKIPPED (needs two GPUs)     [ 10%]\n"
+           "tests/test_gpu_precision.py::test_red[half_mutate_input-input 0 was modified] PASSED [ 20%]\n"
+           "tests/test_gpu_precision.py::test_b[57] FAILED                      [ 30%]\n"
+           "tests/test_gpu_precision.py::test_b[65] ")
+    collected = ["tests/test_gpu_lanes.py::test_one_lane_per_gpu",
+                 "tests/test_gpu_precision.py::test_red[half_mutate_input-input 0 was modified]",
+                 "tests/test_gpu_precision.py::test_b[57]", "tests/test_gpu_precision.py::test_b[65]",
+                 "tests/test_gpu_precision.py::test_b[69]"]
+    line, rest = stopped_part(log, collected, "tests/test_gpu_precision.py", 330)
+    assert line == ("pytest -m gpu tests/test_gpu_precision.py: 1 passed, 1 failed, 1 skipped, "
+                    "2 not reached by the deadline (330 s)")
+    assert rest == collected[3:]       # the one running when stopped is run again

@@ -1,7 +1,9 @@
 """The red team's clock fixtures against their unpatched twin, in one run: each fixture's verdict and
 reported time next to the twin's (tests/fixtures/solutions/cheat_clock_*; the twin,
 cheat_reference_output, does the same work with no patch). A fixture passes where it fails
-(rejected or incorrect) or is reported within 10% of its twin's time (issue 75).
+(rejected or incorrect) or is reported within 10% of its twin's time (issue 75); under
+checks.timing_bound=flag, where it is kept and flagged timing_untrusted ('flag' in the pass column:
+the default config rejects it).
 
     python tools/clock_redteam.py [--problem P] [--device cuda|cpu] [--set KEY=VALUE ...] [--results-dir D]
 
@@ -38,11 +40,13 @@ def table(results: list, twin: str = TWIN) -> tuple[list[str], bool]:
             or solution.get("median_ms")
         ratio = ms / base_ms if ms and base_ms else None
         failed = r.status.value in ("rejected", "incorrect")
-        passed = name == twin or failed or (ratio is not None and abs(ratio - 1) <= 0.10)
+        # under checks.timing_bound=flag a caught fixture keeps its time, flagged: it is not vouched for
+        flagged = "timing_untrusted" in (r.flags or []) and name != twin
+        passed = name == twin or failed or flagged or (ratio is not None and abs(ratio - 1) <= 0.10)
         every = every and passed
         why = ((r.timing or {}).get("vouch") or {}).get("why") or r.message[:160]
         lines.append(f"{name:24s} {r.status.value:10s} {ms or 0:12.4f} {base_ms or 0:9.4f} "
-                     f"{(f'{ratio:.3f}' if ratio else '-'):>7s}  {'yes' if passed else 'NO':4s}  "
+                     f"{(f'{ratio:.3f}' if ratio else '-'):>7s}  {('flag' if flagged and not failed else 'yes') if passed else 'NO':4s}  "
                      f"{','.join(r.flags) or '-'} / {why}")
     return lines, every
 

@@ -2,10 +2,14 @@
 change to how solution code is loaded, isolated or run, and quote its last line.
 
     python tools/gpu_smoke.py [--out DIR] [--skip-pytest | --skip-pairs] [--pytest-args "FILES or -k EXPR"]
+                              [--deadline SECONDS] [--tests-from FILE]
 
-From a cold build cache the whole of it takes longer than one 10-minute call of a lent machine:
-there, run it in two parts at the same commit (`--pytest-args` naming some of the GPU test files,
-then `--skip-pairs` with the others) and quote both lines.
+The whole of it takes longer than one 10-minute call of a lent machine (measured on an H200 at
+efd2021 with the family's builds cached: the pairs 173 s, checks + timed checks + sandbox 200 s,
+lanes and precision together over 500 s, and test_gpu.py, test_gpu_fused.py after them). Run it in
+parts at the same commit and quote every part's line: give each call a `--deadline` inside the
+call's limit; a part stopped there says INCOMPLETE with what ran, and writes the tests it did not
+reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from` takes in the next call.
 
 1. The README's main command on a few pairs, with the default config (sandbox: auto, as a new
    user runs it), each in its own run: a fast solution (81 fast, its library built cold if the
@@ -88,6 +92,24 @@ def pytest_part(log: str, returncode: int, selection: str) -> tuple[str, int]:
             f"{counts.get('skipped', 0)} skipped{'' if counts.get('passed', 0) else ' (no GPU test ran)'}"), failed
 
 
+def reported(log: str) -> dict[str, str]:
+    """{test id: outcome} from pytest -v's lines (what ran before a part was stopped)."""
+    found = {}
+    for m in re.finditer(r"^(tests/\S.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(?= |$)", log, re.M):
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def stopped_part(log: str, collected: list[str], selection: str, deadline: float) -> tuple[str, list[str]]:
+    """(its part of the summary line, the tests not reached) of a pytest run stopped at the deadline."""
+    ran = reported(log)
+    counts = {k: sum(1 for v in ran.values() if v == k) for k in ("PASSED", "FAILED", "SKIPPED", "ERROR")}
+    rest = [t for t in collected if t not in ran]
+    named = f" {selection}" if selection else ""
+    return (f"pytest -m gpu{named}: {counts['PASSED']} passed, {counts['FAILED'] + counts['ERROR']} failed, "
+            f"{counts['SKIPPED']} skipped, {len(rest)} not reached by the deadline ({deadline:.0f} s)"), rest
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb-gpu-smoke")
@@ -96,6 +118,10 @@ def main() -> int:
     ap.add_argument("--pytest-args", default="",
                     help="passed to pytest -m gpu, split as a shell would (-k 'not (a or b)'); named in the line")
     ap.add_argument("--commit", default="", help="the commit to name (a copy of the tree may carry no git history)")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds from the start within which the line is written: the tests still running then are "
+                         "stopped, and those not reached listed in DIR/gpu_smoke_rest.txt")
+    ap.add_argument("--tests-from", default="", help="a file of test ids, one a line (a stopped part's rest)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,22 +142,41 @@ def main() -> int:
         with open(out / "gpu_smoke_pairs.log", "w") as log:
             passed, notes = run_pairs(out, log)
     tests = "pytest -m gpu: not run"
-    failed_tests = 0
+    failed_tests, incomplete = 0, False
     if not args.skip_pytest:
+        selection = shlex.split(args.pytest_args)
+        if args.tests_from:
+            selection += [t for t in Path(args.tests_from).read_text().splitlines() if t.strip()]
+        named = args.pytest_args + (f" (the {sum(1 for _ in selection)} tests of {args.tests_from})" if args.tests_from
+                                    else "")
+        cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider", "--durations=15",
+               *selection]
+        left = (args.deadline - 45 - (time.monotonic() - start)) if args.deadline else 3600
         with open(out / "gpu_smoke_pytest.log", "w") as log:
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                   "--durations=15", *shlex.split(args.pytest_args)], cwd=ROOT, stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=3600)
-        tests, failed_tests = pytest_part((out / "gpu_smoke_pytest.log").read_text(), proc.returncode, args.pytest_args)
+            try:
+                proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=max(left, 1))
+                returncode = proc.returncode
+            except subprocess.TimeoutExpired:
+                returncode = None
+        text = (out / "gpu_smoke_pytest.log").read_text()
+        if returncode is None:
+            collected = subprocess.run([*cmd[:3], "--collect-only", "-q", *cmd[4:]], cwd=ROOT, capture_output=True,
+                                       text=True).stdout
+            tests, rest = stopped_part(text, [t for t in collected.splitlines() if "::" in t], named, args.deadline)
+            (out / "gpu_smoke_rest.txt").write_text("".join(f"{t}\n" for t in rest))
+            failed_tests, incomplete = int(re.search(r"(\d+) failed", tests).group(1)), True
+        else:
+            tests, failed_tests = pytest_part(text, returncode, named)
     ok = (args.skip_pairs or passed == len(PAIRS)) and not failed_tests
     pairs = "pairs: not run" if args.skip_pairs else f"pairs {passed}/{len(PAIRS)} as expected, sandboxed"
-    line = (f"gpu smoke: {'PASS' if ok else 'FAIL'}; {pairs}; {tests}; "
+    verdict = "FAIL" if not ok else "INCOMPLETE" if incomplete else "PASS"
+    line = (f"gpu smoke: {verdict}; {pairs}; {tests}; "
             f"{gpu}; {commit}{dirty}; {time.monotonic() - start:.0f} s")
     for note in notes:
         print(f"  {note}")
     (out / "gpu_smoke.txt").write_text("\n".join([*notes, line]) + "\n")
     print(line)
-    return 0 if ok else 1
+    return 1 if not ok else 3 if incomplete else 0
 
 
 if __name__ == "__main__":

@@ -1,50 +1,42 @@
-"""The lane's clock against the workers' reported times, per pair of recorded runs: how much the
-solution's worker's per-call overhead (the lane's wall of its timed blocks less the times it
-reported, per call) exceeds the reference worker's in the same rounds, the whole block's and the
-calls' own intervals (from a call's announcement to the worker's next message), and the margin
-left to checks.timing_bound (harness/verdict/vouch.py). For calibrating the bound (A/A runs, the
+"""The lane's clock against the workers' reported times, per pair of recorded runs: what the harness
+held each pair's reported times to (`timing.vouch`, harness/verdict/vouch.py): for a call's own
+interval and for the whole timed block, the reference worker's per-call procedure (`overhead_ms`),
+how much the solution's worker's exceeded it (`excess_ms`, the median over the rounds) and the
+bound it was held to, with the share of the bound used. For calibrating the bound (A/A runs, the
 main commands) and for the red team's table.
 
     python tools/lane_clock.py RUN_DIR [RUN_DIR ...] [--md]
+
+It reads the record rather than recomputing it: the calls' interval is two marks the kernel stamps
+(channel.Marks), which a result keeps per block as a per-call figure, not as a block's total.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-
-def per_call(reported: list[list[float]], lane: list[dict], key: str) -> list[float]:
-    return [(b[key] - sum(times)) / b["calls"] for times, b in zip(reported, lane) if b.get("calls") and key in b]
-
-
-def paired_excess(mine: list[float], theirs: list[float]) -> float | None:
-    if not mine or not theirs:
-        return None
-    if len(mine) == len(theirs):
-        return statistics.median([m - t for m, t in zip(mine, theirs)])
-    return statistics.median(mine) - statistics.median(theirs)
+COLS = ["problem", "solution", "status", "reported_ms", "calls_ovh_ms", "calls_excess_ms", "calls_bound_ms",
+        "calls_share", "block_ovh_ms", "block_excess_ms", "block_bound_ms", "block_share", "flags"]
 
 
 def row(result: dict) -> dict | None:
-    timing = result.get("timing") or {}
-    sol = timing.get("solution") or {}
-    ref = next((s for s in timing.values() if isinstance(s, dict) and s.get("lane_blocks")
-                and s.get("measured_in") == "reference worker" and not s.get("reused")), None)
-    if not sol.get("lane_blocks") or ref is None:
+    """One pair's line, or None where nothing was vouched for (not timed, or timed before the lane kept
+    its clock)."""
+    vouch = (result.get("timing") or {}).get("vouch") or {}
+    if not vouch.get("calls") and not vouch.get("block"):
         return None
     out = {"problem": result["problem"]["id"][:28], "solution": result["solution"]["name"][:22],
-           "status": result["status"], "reported_ms": statistics.median([x for b in sol["rounds"] for x in b])}
-    for key, name in (("ms", "block"), ("inner_ms", "call"), ("cycle_ms", "cycle")):
-        mine, theirs = per_call(sol["rounds"], sol["lane_blocks"], key), per_call(ref["rounds"], ref["lane_blocks"], key)
-        out[f"{name}_ovh_ms"] = statistics.median(theirs) if theirs else None
-        out[f"{name}_excess_ms"] = paired_excess(mine, theirs)
-    vouch = timing.get("vouch") or {}
-    out["calls_bound_ms"] = (vouch.get("calls") or {}).get("bound_ms")
-    out["block_bound_ms"] = (vouch.get("block") or {}).get("bound_ms")
-    out["flags"] = ",".join(result.get("flags") or []) or "-"
+           "status": result["status"], "reported_ms": vouch.get("reported_ms"),
+           "flags": ",".join(result.get("flags") or []) or "-"}
+    for part in ("calls", "block"):
+        d = vouch.get(part) or {}
+        out[f"{part}_ovh_ms"] = d.get("overhead_ms")
+        out[f"{part}_excess_ms"] = d.get("excess_ms")
+        out[f"{part}_bound_ms"] = d.get("bound_ms")
+        out[f"{part}_share"] = (d["excess_ms"] / d["bound_ms"] if d.get("bound_ms") and d.get("excess_ms") is not None
+                                else None)
     return out
 
 
@@ -61,20 +53,21 @@ def main(argv: list[str]) -> int:
             r = row(json.loads(path.read_text()))
             if r is not None:
                 rows.append(r)
-    cols = ["problem", "solution", "status", "reported_ms", "call_ovh_ms", "call_excess_ms", "cycle_ovh_ms",
-            "cycle_excess_ms", "calls_bound_ms", "block_ovh_ms", "block_excess_ms", "block_bound_ms", "flags"]
 
     def fmt(v):
         return f"{v:.4f}" if isinstance(v, float) else str(v)
-    lines = [[c for c in cols]] + [[fmt(r.get(c)) for c in cols] for r in rows]
+    lines = [list(COLS)] + [[fmt(r.get(c)) for c in COLS] for r in rows]
     if args.md:
-        print("| " + " | ".join(lines[0]) + " |\n|" + "---|" * len(cols))
+        print("| " + " | ".join(lines[0]) + " |\n|" + "---|" * len(COLS))
         for line in lines[1:]:
             print("| " + " | ".join(line) + " |")
     else:
-        widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(COLS))]
         for line in lines:
             print("  ".join(x.ljust(w) for x, w in zip(line, widths)))
+    shares = [r[k] for r in rows for k in ("calls_share", "block_share") if r.get(k) is not None]
+    if shares:
+        print(f"{len(rows)} pair(s); the largest share of a bound used: {max(shares):.2f}")
     return 0
 
 
