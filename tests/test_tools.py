@@ -205,3 +205,11 @@ def test_gpu_smoke_stopped_at_its_deadline_says_what_ran_and_lists_the_rest():
     assert line == ("pytest -m gpu tests/test_gpu_precision.py: 1 passed, 1 failed, 1 skipped, "
                     "2 not reached by the deadline (330 s)")
     assert rest == collected[3:]       # the one running when stopped is run again
+
+
+def test_bench_ray_builds_recipes_differ_so_that_each_builds(tmp_path):
+    from tools.bench_ray_builds import recipes
+    paths = recipes(tmp_path, 3, "k1")
+    texts = [p.read_text() for p in paths]
+    assert len(set(texts)) == 3 and all('name="elementwise_add_cpp_k1_' in t for t in texts)
+    assert "+ 0.0f * 2.0f" in texts[2] and "ModelNew" in texts[0]
