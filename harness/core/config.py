@@ -80,6 +80,10 @@ class ChecksConfig:
 @dataclass(frozen=True)
 class TimingConfig:
     enabled: bool = True       # false: correctness only (the check command's default), no timing or profile
+    # full: the verdict's timing (the device's calls and rounds); screening: for volume, fewer calls and
+    # rounds where those are auto (timing.SCREENING), and a pair found wrong before its timed calls is
+    # not timed (its worker stopped there); the result says which (timing.profile)
+    profile: str = "full"
     warmup: int = 3            # untimed calls before sampling
     min_samples: int = 10
     # at most this many timed calls a side; auto = the device's (timing.AUTO_TIMING: 1000 on CUDA,
@@ -293,6 +297,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
     if k.secret_timed_checks not in ("auto", "on", "off"):
         raise BadInput(where, f"checks.secret_timed_checks must be auto, on or off, got {k.secret_timed_checks!r}")
+    if t.profile not in ("full", "screening"):
+        raise BadInput(where, f"timing.profile must be full or screening, got {t.profile!r}")
     if t.warmup < 0 or t.min_samples < 1 or (t.max_samples != "auto" and t.max_samples < t.min_samples):
         raise BadInput(where, "timing needs warmup >= 0 and 1 <= min_samples <= max_samples")
     if min(o.build_s, o.run_s, o.judge_s, o.call_s, o.call_factor, o.first_call_s) <= 0:

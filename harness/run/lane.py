@@ -91,6 +91,7 @@ class Watch:
     timed_calls: int = 0                                      # timed calls the worker announced
     timed_outputs: int = 0                                    # timed outputs it handed over
     blocks: list = dataclasses.field(default_factory=list)    # the lane's clock on its timed blocks (clock.py)
+    wrong: bool = False                                       # stopped before its timed calls: an output was wrong
 
 
 class Lane:
@@ -123,9 +124,10 @@ class Lane:
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
-              max_payload: int = 1 << 30, rounds=None) -> Watch:
+              max_payload: int = 1 << 30, rounds=None, stop_wrong: bool = False) -> Watch:
         """Send the request to the worker and follow it until it ends or is killed; the reference's
-        rounds (`rounds`) are timed when the worker asks."""
+        rounds (`rounds`) are timed when the worker asks. `stop_wrong` (timing.profile: screening):
+        a worker whose outputs so far include a wrong one is stopped as it begins its timed calls."""
         w = Watch()
         clock = BlockClock()
         spare.channel.send({"op": "run", "request": request})
@@ -175,6 +177,10 @@ class Lane:
             if clock.is_open and event not in ("round", "rounds_end") and not in_block(event, message):
                 clock.close(now, unended=f"{event} {message.get('what') or message.get('phase') or ''}".strip())
             if event == "phase":
+                if message.get("phase") == "timing" and stop_wrong and judgement is not None \
+                        and any(not r["ok"] for r in judgement.results):
+                    w.wrong = True
+                    break
                 if message.get("phase") == "timing":
                     self.pool.freeze()
                     if rounds is not None:
@@ -249,8 +255,9 @@ class Lane:
         spare.channel.send({"op": "ack"})
 
     def finish(self, spare: Spare, w: Watch, started: float) -> Outcome:
-        """End the worker (killed on a timeout or a broken protocol, else waited for)."""
-        if w.timeout or w.broken:
+        """End the worker (killed on a timeout, a broken protocol or a stop before its timed calls,
+        else waited for)."""
+        if w.timeout or w.broken or w.wrong:
             kill(spare)
         else:
             try:

@@ -115,7 +115,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         started = time.monotonic()
         try:
             w = lane.watch(spare, _request(job, "eval", spare, entry.get("out_bytes", 0)), limits, judgement,
-                           max_payload, rounds)
+                           max_payload, rounds, stop_wrong=cfg["timing"].get("profile") == "screening")
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
             if rounds is not None:
@@ -138,7 +138,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         without = [*lane.sandbox_plan.get("lacks", []), *lane.info.get("sandbox", {}).get("left_out", [])]
         if ran_in and without:  # what the run's sandbox goes without on this host, and why
             ran_in["without"] = without
-        failed = failure(outcome, limit_hint(outcome))
+        failed = None if w.wrong else failure(outcome, limit_hint(outcome))  # w.wrong: judged below
         if not failed and every and w.timed_calls != w.timed_outputs:  # only a patched worker skips one
             failed = (Status.INCORRECT, f"the worker handed over {w.timed_outputs} output(s) of its {w.timed_calls} "
                                         f"timed call(s): every timed call's output goes to the lane "
@@ -176,6 +176,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     timing = timing_of(outcome.events, {**refs, **interleaved,
                                         **(rounds.yardstick_timing() if rounds is not None else {})})
     timing = vouched(timing, w.blocks, cfg["checks"], lane.device, entry.get("overhead"))
+    if cfg["timing"].get("profile") == "screening":   # its interval is the screening profile's (docs/usage.md)
+        timing["profile"] = "screening"
     if lane.device == "cpu" and "solution" in timing:  # what else ran on the host's cores meanwhile (A/A: issue 78)
         timing["host_load"] = [round(os.getloadavg()[0], 2), len(os.sched_getaffinity(0))]
     if rounds is not None and rounds.disturbed:
@@ -198,6 +200,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     t0 = time.monotonic()
     status, message, phase, fields = verdict(job, judgement.report(), timing, profile, checks)
     phases["judge_s"] += time.monotonic() - t0
+    if w.wrong:
+        message += "; not timed (timing.profile: screening stops a wrong solution before its timed calls)"
     return result(status, message, phase=phase, build=build, **fields)
 
 

@@ -314,12 +314,14 @@ def make_timer(device: str, flush_l2: bool):
 # longer (each sub-ms call is handed to the lane). The CPU keeps 100 in 10: 1000 calls a side cost
 # elementwise_add's pair 11 s more there.
 AUTO_TIMING = {"cuda": {"max_samples": 1000, "rounds": 30}, "cpu": {"max_samples": 100, "rounds": 10}}
+# timing.profile: screening, for volume: CUDA's default before bc1b531 (A/A: docs/usage.md), half the CPU's calls
+SCREENING = {"cuda": {"max_samples": 100, "rounds": 10}, "cpu": {"max_samples": 50, "rounds": 10}}
 
 
 def for_device(t: dict, device: str) -> dict:
-    """A `timing` config section (as a dict) with its auto values made the device's numbers
-    (max_samples at least min_samples)."""
-    auto = AUTO_TIMING["cuda" if device == "cuda" else "cpu"]
+    """A `timing` config section (as a dict) with its auto values made the device's numbers, the
+    screening profile's where it is chosen (max_samples at least min_samples)."""
+    auto = (SCREENING if t.get("profile") == "screening" else AUTO_TIMING)["cuda" if device == "cuda" else "cpu"]
     out = dict(t)
     if out.get("max_samples", "auto") == "auto":
         out["max_samples"] = max(auto["max_samples"], int(out.get("min_samples", 1)))
