@@ -213,3 +213,27 @@ def test_bench_ray_builds_recipes_differ_so_that_each_builds(tmp_path):
     texts = [p.read_text() for p in paths]
     assert len(set(texts)) == 3 and all('name="elementwise_add_cpp_k1_' in t for t in texts)
     assert "+ 0.0f * 2.0f" in texts[2] and "ModelNew" in texts[0]
+
+
+def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):
+    from tools import corpus_verdicts
+
+    def write(run, problem, name, status, message="m"):
+        run.mkdir(exist_ok=True)
+        (run / f"{problem}-{name}.json").write_text(json.dumps(
+            {"problem": {"id": problem}, "solution": {"name": name}, "status": status, "message": message}))
+        (run / "run.json").write_text("{}")
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "1_Add", "gpt_o1_x", "ok")
+    write(b, "1_Add", "gpt_o1_x", "ok")
+    write(a, "1_Add", "mut_y", "incorrect", "trial 0: wrong")
+    write(b, "1_Add", "mut_y", "runtime_error", "illegal address")
+    write(a, "2_Mul", "z", "ok")
+    assert corpus_verdicts.main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2 pair(s) in both runs: 1 with the same status, 1 differ"
+    assert out[1] == "  1_Add/mut_y: incorrect / runtime_error" and "trial 0: wrong" in out[2]
+    assert out[-1] == "only in A (1): 2_Mul/z"
+    write(b, "1_Add", "mut_y", "incorrect")
+    assert corpus_verdicts.main(["compare", str(a), str(b)]) == 0
+    assert corpus_verdicts.main(["compare", str(a), str(tmp_path / "none")]) == 2

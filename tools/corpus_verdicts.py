@@ -1,0 +1,94 @@
+"""Two runs' verdicts on the same solutions, pair by pair (issue 76: a corpus judged by this tree
+against the same corpus judged by an earlier one), and the way to judge a batch file with a tree
+that has no batch command.
+
+    python tools/corpus_verdicts.py compare RUN_DIR_A RUN_DIR_B [--md]
+    python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID
+
+`compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
+pairs both have, how many agree on the status, every pair whose status differs with both messages,
+and the pairs only one run has. `judge` imports the harness of the tree at DIR (a checkout of an
+earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate` over the file
+submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
+that tree's default config; the solutions' names are their files' names, as in the batch command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def load(run: Path) -> dict[str, dict]:
+    out = {}
+    for path in sorted(Path(run).glob("*.json")):
+        if path.name == "run.json":
+            continue
+        r = json.loads(path.read_text())
+        out[f"{r['problem']['id']}/{r['solution']['name']}"] = r
+    return out
+
+
+def compare(a: dict[str, dict], b: dict[str, dict]) -> tuple[list[str], int]:
+    """(lines of the report, the number of pairs whose status differs)."""
+    both = sorted(set(a) & set(b))
+    differ = [k for k in both if a[k]["status"] != b[k]["status"]]
+    lines = [f"{len(both)} pair(s) in both runs: {len(both) - len(differ)} with the same status, {len(differ)} differ"]
+    for k in differ:
+        lines.append(f"  {k}: {a[k]['status']} / {b[k]['status']}")
+        lines.append(f"    A: {a[k]['message'][:300]}")
+        lines.append(f"    B: {b[k]['message'][:300]}")
+    for name, only in (("A", sorted(set(a) - set(b))), ("B", sorted(set(b) - set(a)))):
+        if only:
+            lines.append(f"only in {name} ({len(only)}): {', '.join(only[:20])}{' ...' if len(only) > 20 else ''}")
+    return lines, len(differ)
+
+
+def judge(submissions: Path, tree: Path, results_dir: str, run_id: str) -> int:
+    sys.path.insert(0, str(tree.resolve()))
+    from harness.core.config import load_config, with_overrides
+    from harness.core.problems import problem_from_path
+    from harness.core.solutions import Pair, solution_from_path
+    from harness.run.runner import evaluate
+    pairs = []
+    for n, text in enumerate(submissions.read_text().splitlines()):
+        if not text.strip():
+            continue
+        item = json.loads(text)
+        if "file" not in item:
+            print(f"{submissions}:{n + 1}: judge takes file submissions only (a text: write it to a file)",
+                  file=sys.stderr)
+            return 2
+        pairs.append(Pair(problem_from_path(Path(item["problem"])), solution_from_path(Path(item["file"]))))
+    cfg = with_overrides(load_config(None), {"results_dir": results_dir})
+    results = evaluate(pairs, cfg, run_id=run_id)
+    print(f"{len(results)} result(s) in {results_dir}/{run_id}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("a")
+    c.add_argument("b")
+    j = sub.add_parser("judge")
+    j.add_argument("submissions")
+    j.add_argument("--tree", required=True)
+    j.add_argument("--results-dir", required=True)
+    j.add_argument("--run-id", required=True)
+    args = ap.parse_args(argv)
+    if args.cmd == "judge":
+        return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id)
+    for run in (args.a, args.b):
+        if not Path(run).is_dir():
+            print(f"corpus_verdicts: {run}: no such run folder", file=sys.stderr)
+            return 2
+    lines, differ = compare(load(Path(args.a)), load(Path(args.b)))
+    print("\n".join(lines))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
