@@ -218,10 +218,14 @@ def test_bench_ray_builds_recipes_differ_so_that_each_builds(tmp_path):
 def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):
     from tools import corpus_verdicts
 
+    from test_results import make_result
+    base = make_result().to_dict()
+
     def write(run, problem, name, status, message="m"):
         run.mkdir(exist_ok=True)
-        (run / f"{problem}-{name}.json").write_text(json.dumps(
-            {"problem": {"id": problem}, "solution": {"name": name}, "status": status, "message": message}))
+        result = {**base, "problem": {**base["problem"], "id": problem}, "solution": {**base["solution"], "name": name},
+                  "status": status, "message": message}
+        (run / f"{problem}-{name}.json").write_text(json.dumps(result))
         (run / "run.json").write_text("{}")
     a, b = tmp_path / "a", tmp_path / "b"
     write(a, "1_Add", "gpt_o1_x", "ok")

@@ -20,25 +20,22 @@ import sys
 from pathlib import Path
 
 
-def load(run: Path) -> dict[str, dict]:
-    out = {}
-    for path in sorted(Path(run).glob("*.json")):
-        if path.name == "run.json":
-            continue
-        r = json.loads(path.read_text())
-        out[f"{r['problem']['id']}/{r['solution']['name']}"] = r
-    return out
+def load(run: Path) -> dict:
+    """A run's results (harness.core.store.load_run: every schema version it reads) by
+    `<problem id>/<solution name>`."""
+    from harness.core.store import load_run
+    return {f"{r.problem['id']}/{r.solution['name']}": r for r in load_run(run)}
 
 
-def compare(a: dict[str, dict], b: dict[str, dict]) -> tuple[list[str], int]:
+def compare(a: dict, b: dict) -> tuple[list[str], int]:
     """(lines of the report, the number of pairs whose status differs)."""
     both = sorted(set(a) & set(b))
-    differ = [k for k in both if a[k]["status"] != b[k]["status"]]
+    differ = [k for k in both if a[k].status != b[k].status]
     lines = [f"{len(both)} pair(s) in both runs: {len(both) - len(differ)} with the same status, {len(differ)} differ"]
     for k in differ:
-        lines.append(f"  {k}: {a[k]['status']} / {b[k]['status']}")
-        lines.append(f"    A: {a[k]['message'][:300]}")
-        lines.append(f"    B: {b[k]['message'][:300]}")
+        lines.append(f"  {k}: {a[k].status.value} / {b[k].status.value}")
+        lines.append(f"    A: {a[k].message[:300]}")
+        lines.append(f"    B: {b[k].message[:300]}")
     for name, only in (("A", sorted(set(a) - set(b))), ("B", sorted(set(b) - set(a)))):
         if only:
             lines.append(f"only in {name} ({len(only)}): {', '.join(only[:20])}{' ...' if len(only) > 20 else ''}")
@@ -81,11 +78,13 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "judge":
         return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id)
-    for run in (args.a, args.b):
-        if not Path(run).is_dir():
-            print(f"corpus_verdicts: {run}: no such run folder", file=sys.stderr)
-            return 2
-    lines, differ = compare(load(Path(args.a)), load(Path(args.b)))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness.core.errors import BadInput
+    try:
+        lines, differ = compare(load(Path(args.a)), load(Path(args.b)))
+    except BadInput as exc:
+        print(f"corpus_verdicts: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(lines))
     return 1 if differ else 0
 

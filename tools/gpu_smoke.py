@@ -144,11 +144,9 @@ def main() -> int:
     tests = "pytest -m gpu: not run"
     failed_tests, incomplete = 0, False
     if not args.skip_pytest:
-        selection = shlex.split(args.pytest_args)
-        if args.tests_from:
-            selection += [t for t in Path(args.tests_from).read_text().splitlines() if t.strip()]
-        named = args.pytest_args + (f" (the {sum(1 for _ in selection)} tests of {args.tests_from})" if args.tests_from
-                                    else "")
+        given = [t for t in Path(args.tests_from).read_text().splitlines() if t.strip()] if args.tests_from else []
+        selection = shlex.split(args.pytest_args) + given
+        named = args.pytest_args + (f" (the {len(given)} tests of {args.tests_from})" if args.tests_from else "")
         cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider", "--durations=15",
                *selection]
         left = (args.deadline - 45 - (time.monotonic() - start)) if args.deadline else 3600

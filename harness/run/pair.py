@@ -106,6 +106,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     max_payload = 4 * entry.get("io_bytes", 0) + (256 << 20)
 
     every = every_timed_call(cfg["checks"], job["device"])
+    screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
     for attempt in (1, 2):
         judgement = lane.judge.begin(problem, job["seeds"], tolerances, run,
                                      cfg["checks"]["timed_output_checks"] if every else None)
@@ -115,7 +116,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         started = time.monotonic()
         try:
             w = lane.watch(spare, _request(job, "eval", spare, entry.get("out_bytes", 0)), limits, judgement,
-                           max_payload, rounds, stop_wrong=cfg["timing"].get("profile") == "screening")
+                           max_payload, rounds, stop_wrong=screening)
         except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
             kill(spare)
             if rounds is not None:
@@ -176,7 +177,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     timing = timing_of(outcome.events, {**refs, **interleaved,
                                         **(rounds.yardstick_timing() if rounds is not None else {})})
     timing = vouched(timing, w.blocks, cfg["checks"], lane.device, entry.get("overhead"))
-    if cfg["timing"].get("profile") == "screening":   # its interval is the screening profile's (docs/usage.md)
+    if screening:   # its interval is the screening profile's
         timing["profile"] = "screening"
     if lane.device == "cpu" and "solution" in timing:  # what else ran on the host's cores meanwhile (A/A: issue 78)
         timing["host_load"] = [round(os.getloadavg()[0], 2), len(os.sched_getaffinity(0))]
