@@ -45,8 +45,9 @@ problem = problem_from_path("problems/examples/elementwise_add.py")
 cfg = with_overrides(load_config(config), {"results_dir": results_dir, **json.loads(overrides)})
 lines = []
 results = evaluate([Pair(problem, solution_from_path(p)) for p in paths], cfg, run_id="attacks", out=lines.append)
-print(json.dumps({"lines": lines, "results": {r.solution["name"]: {"status": r.status.value, "message": r.message,
-                                                                   "sandbox": r.sandbox} for r in results}}))
+print(json.dumps({"lines": lines, "results": {r.solution["name"]: {
+    "status": r.status.value, "message": r.message, "sandbox": r.sandbox, "flags": list(r.flags),
+    "vouch": (r.timing or {}).get("vouch"), "unpinned": (r.timing or {}).get("unpinned_blocks")} for r in results}}))
 """
 
 
@@ -130,7 +131,11 @@ def test_every_attack_ends_as_the_solutions_failure_or_harmless(attacked):
 
 def check_verdicts(attacked: dict) -> None:
     got = {name: r["status"] for name, r in attacked["results"].items()}
-    assert got == EXPECTED, attacked["results"]
+    # each difference in full (pytest folds a long dict): its message, flags and the lane's judgement of its times
+    assert got == EXPECTED, "\n".join(
+        f"{name}: {got.get(name)} (expected {want}): {r.get('message')}; flags {r.get('flags')}; "
+        f"vouch {r.get('vouch')}; unpinned {r.get('unpinned')}"
+        for name, want in EXPECTED.items() if got.get(name) != want for r in [attacked["results"].get(name) or {}])
     assert f"limits.processes = {attacked['processes']}" in attacked["results"]["sandbox_fork_bomb"]["message"]
     assert "limits.file_size_mb = 16" in attacked["results"]["sandbox_big_file"]["message"]
     for result in attacked["results"].values():

@@ -119,7 +119,52 @@ def test_auto_bound_by_device_and_the_calls_interval():
     assert bound_slack({}, "cpu")["block_overhead_share"] == AUTO_BOUND["cpu"]["block_overhead_share"]
     both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
     assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3,
-                    "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"]}
+                    "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"],
+                    "block_quantile": 0.5}
+
+
+def test_on_the_cpu_a_stall_in_some_blocks_passes_and_work_moved_out_of_every_block_does_not():
+    """An honest cpp_add on a busy 2-core VM (fast.yaml: one call a block, three rounds), as the lane
+    recorded it: two of its blocks 100 ms longer than the reference's, the calls' intervals agreeing.
+    The median of the rounds' differences failed it; the CPU's lower quartile does not. Work moved
+    out of the calls lengthens every block, and the quartile still sees it."""
+    cpu = bound_slack({}, "cpu")
+    assert cpu["block_quantile"] == 0.25
+    reported = [[0.60881], [0.60471], [0.41185]]
+    ref_reported = [[0.51268], [0.47075], [0.38829]]
+
+    def lane(walls, inner_ovh):
+        return [{"ms": w, "calls": 1, "returns": 1, "inner": [r[0] + inner_ovh]} for w, r in zip(walls, reported)]
+
+    mine = lane([18.66231, 118.41899, 114.01127], 0.015)
+    ref = [{"ms": w, "calls": 1, "returns": 1, "inner": [r[0] + 0.013]} for w, r in zip([8.58199, 16.74975, 13.04929],
+                                                                                            ref_reported)]
+    assert vouch(reported, mine, ref_reported, ref, {**cpu, "block_quantile": 0.5})["ok"] is False   # as it was
+    v = vouch(reported, mine, ref_reported, ref, cpu)
+    # the least round: its wall per call less the reported median (0.60471), less the reference's procedure
+    assert v["ok"] is True and v["block"]["excess_ms"] == pytest.approx(18.66231 - 0.60471 - (8.58199 - 0.51268))
+    moved = lane([18.66231 + 40, 118.41899 + 40, 114.01127 + 40], 0.015)   # 40 ms of work after each call
+    v = vouch(reported, moved, ref_reported, ref, cpu)
+    assert v["ok"] is False and "timed blocks, whole" in v["why"]
+    # ten rounds: the third least of the differences, so that up to seven longer blocks of ten move
+    # nothing; eight do (the host busy for most of the pair's timing: time it again on a quiet host)
+    reported10, lane10 = blocks(1.0, 0.1, 13.0, rounds=10, calls=10)
+    ref10 = blocks(1.0, 0.1, 13.0, rounds=10, calls=10)
+    for block in lane10[:7]:
+        block["ms"] += 10 * 100.0
+    assert vouch(reported10, lane10, *ref10, cpu)["ok"] is True
+    lane10[7]["ms"] += 10 * 100.0
+    assert vouch(reported10, lane10, *ref10, cpu)["ok"] is False
+    # work moved out of the calls in only seven blocks of ten, the other three honest: the reported
+    # median is the fast calls', and every block's wall still holds the true time of its calls
+    true_ms, fast_ms = 5.0, 0.5
+    cheat_reported, cheat_lane = blocks(true_ms, 0.1, 1.0, rounds=10, calls=10)
+    for times, block in zip(cheat_reported[:7], cheat_lane[:7]):
+        times[:] = [fast_ms] * len(times)
+        block["inner"] = [fast_ms + 0.1] * len(times)
+    v = vouch(cheat_reported, cheat_lane, *blocks(true_ms, 0.1, 1.0, rounds=10, calls=10), cpu)
+    assert v["reported_ms"] == fast_ms and v["calls"]["excess_ms"] == pytest.approx(0)
+    assert v["ok"] is False and v["block"]["excess_ms"] == pytest.approx(true_ms - fast_ms)
 
 
 def test_the_verdict_fails_or_flags_an_untrusted_time():
