@@ -191,6 +191,20 @@ def test_clock_redteam_counts_a_flagged_fixture_as_caught_and_a_trusted_fast_one
     assert every
 
 
+def test_gpu_smoke_runs_the_smoke_set_unless_told_otherwise(tmp_path):
+    from tools.gpu_smoke import SMOKE_TESTS, selection
+    chosen, named = selection(False, "", "")
+    assert chosen == SMOKE_TESTS and named.startswith("(the smoke set: test_sandbox, ")
+    for path in SMOKE_TESTS:             # each file of the set holds tests marked gpu
+        assert "pytest.mark.gpu" in (REPO_ROOT / path).read_text(), path
+    assert selection(True, "", "") == ([], "(full)")
+    assert selection(True, "tests/test_gpu.py -k fast", "")[0] == ["tests/test_gpu.py", "-k", "fast"]
+    rest = tmp_path / "rest.txt"
+    rest.write_text("tests/test_gpu.py::test_a\n\ntests/test_gpu.py::test_b\n")
+    chosen, named = selection(False, "", str(rest))
+    assert chosen == ["tests/test_gpu.py::test_a", "tests/test_gpu.py::test_b"] and named == f"(the 2 tests of {rest})"
+
+
 def test_gpu_smoke_stopped_at_its_deadline_says_what_ran_and_lists_the_rest():
     from tools.gpu_smoke import stopped_part
     log = ("tests/test_gpu_lanes.py::test_one_lane_per_gpu SKIPPED (needs two GPUs)     [ 10%]\n"

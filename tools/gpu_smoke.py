@@ -1,15 +1,8 @@
 """The GPU smoke test: the path CI cannot see. Run it on a GPU machine at the final commit of every
 change to how solution code is loaded, isolated or run, and quote its last line.
 
-    python tools/gpu_smoke.py [--out DIR] [--skip-pytest | --skip-pairs] [--pytest-args "FILES or -k EXPR"]
+    python tools/gpu_smoke.py [--out DIR] [--skip-pytest | --skip-pairs] [--full | --pytest-args "FILES or -k EXPR"]
                               [--deadline SECONDS] [--tests-from FILE]
-
-The whole of it takes longer than one 10-minute call of a lent machine (measured on an H200 at
-efd2021 with the family's builds cached: the pairs 173 s, checks + timed checks + sandbox 200 s,
-lanes and precision together over 500 s, and test_gpu.py, test_gpu_fused.py after them). Run it in
-parts at the same commit and quote every part's line: give each call a `--deadline` inside the
-call's limit; a part stopped there says INCOMPLETE with what ran, and writes the tests it did not
-reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from` takes in the next call.
 
 1. The README's main command on a few pairs, with the default config (sandbox: auto, as a new
    user runs it), each in its own run: a fast solution (81 fast, its library built cold if the
@@ -18,11 +11,23 @@ reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from` takes in the 
    (cuda_fault_far: a write 64 GiB out of bounds, the solution's runtime_error, the run goes on).
    Every result must record the sandbox as active: Landlock, a network namespace and, where the
    harness runs as root, an unprivileged uid.
-2. `pytest -m gpu`, the red team on a CUDA run among it (tests/test_sandbox.py: a forger, a
-   checkout edit, killing the lane and the runner, a fork bomb, writes under /proc), with the
-   build cache of step 1.
+2. The GPU tests of that path (`SMOKE_TESTS`, `pytest -m gpu` over their files, with the build
+   cache of step 1): the red team on a CUDA run (tests/test_sandbox.py: a forger, a checkout
+   edit, killing the lane and the runner, a fork bomb, writes under /proc), the clock and check
+   fixtures on CUDA (test_gpu_checks.py), checked and timed calls alike (test_timed_checks.py),
+   the lanes (a hung kernel, late writes, a lane per GPU: test_gpu_lanes.py) and outputs over
+   CUDA IPC (test_handoff.py). `--full` runs every test marked `gpu` instead (the kernels'
+   numerics of test_gpu.py, test_gpu_fused.py and test_gpu_precision.py, the diagnostics, the
+   gate): run it where a change touches those, in parts.
 3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it (the
    pairs' results under results/smoke-*).
+
+Measured on an H200 at efd2021, the family's library cached: the pairs 173 s, test_gpu_checks +
+test_timed_checks + test_sandbox's CUDA red team 200 s, test_gpu_lanes under 150 s; `--full`
+takes several 10-minute calls of a lent machine. Where a call is short, give each part a
+`--deadline` inside the call's limit: a part stopped there says INCOMPLETE with what ran and
+writes the tests it did not reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from`
+takes in the next call; quote every part's line.
 """
 from __future__ import annotations
 
@@ -39,6 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "solutions"
 RESULTS = ROOT / "results"
+# the GPU tests of how solution code is loaded, isolated and run (step 2 of the docstring)
+SMOKE_TESTS = ["tests/test_sandbox.py", "tests/test_gpu_checks.py", "tests/test_timed_checks.py",
+               "tests/test_gpu_lanes.py", "tests/test_handoff.py"]
 PAIRS = [  # (problem, solution, statuses that pass)
     ("81", "fast", {"ok"}),
     ("elementwise_add", "cuda_add", {"ok"}),
@@ -110,13 +118,27 @@ def stopped_part(log: str, collected: list[str], selection: str, deadline: float
             f"{counts['SKIPPED']} skipped, {len(rest)} not reached by the deadline ({deadline:.0f} s)"), rest
 
 
+def selection(full: bool, pytest_args: str, tests_from: str) -> tuple[list[str], str]:
+    """(pytest's arguments after `-m gpu`, how the summary line names them): the smoke set unless
+    `--full`, `--pytest-args` or `--tests-from` says otherwise."""
+    given = [t for t in Path(tests_from).read_text().splitlines() if t.strip()] if tests_from else []
+    if given or pytest_args:
+        named = pytest_args + (f" (the {len(given)} tests of {tests_from})" if given else "")
+        return shlex.split(pytest_args) + given, named.strip()
+    if full:
+        return [], "(full)"
+    return list(SMOKE_TESTS), f"(the smoke set: {', '.join(Path(t).stem for t in SMOKE_TESTS)})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb-gpu-smoke")
     ap.add_argument("--skip-pytest", action="store_true")
     ap.add_argument("--skip-pairs", action="store_true", help="only the pytest part (a second part of a split run)")
+    ap.add_argument("--full", action="store_true", help="every test marked gpu, not only the smoke set")
     ap.add_argument("--pytest-args", default="",
-                    help="passed to pytest -m gpu, split as a shell would (-k 'not (a or b)'); named in the line")
+                    help="passed to pytest -m gpu in place of the smoke set, split as a shell would "
+                         "(-k 'not (a or b)'); named in the line")
     ap.add_argument("--commit", default="", help="the commit to name (a copy of the tree may carry no git history)")
     ap.add_argument("--deadline", type=float, default=0,
                     help="seconds from the start within which the line is written: the tests still running then are "
@@ -144,11 +166,9 @@ def main() -> int:
     tests = "pytest -m gpu: not run"
     failed_tests, incomplete = 0, False
     if not args.skip_pytest:
-        given = [t for t in Path(args.tests_from).read_text().splitlines() if t.strip()] if args.tests_from else []
-        selection = shlex.split(args.pytest_args) + given
-        named = args.pytest_args + (f" (the {len(given)} tests of {args.tests_from})" if args.tests_from else "")
+        chosen, named = selection(args.full, args.pytest_args, args.tests_from)
         cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider", "--durations=15",
-               *selection]
+               *chosen]
         left = (args.deadline - 45 - (time.monotonic() - start)) if args.deadline else 3600
         with open(out / "gpu_smoke_pytest.log", "w") as log:
             try:
