@@ -158,6 +158,22 @@ def test_a_run_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path, c
     assert not _processes_with(marker.split("=")[1]), "Ray's agents outlived the killed run by two minutes"
 
 
+def test_a_worker_that_ended_is_not_waited_for_while_a_process_it_left_holds_its_channel(tmp_path, monkeypatch):
+    """The worker reports and exits; a process the solution forked at import still holds the
+    channel open. The lane sees the worker end (it waited for timeouts.run_s and recorded a
+    correct pair `timeout` before), and what the solution left is killed with its pair."""
+    from test_sandbox import strays
+    token = f"kb-leaves-a-child-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KB_TEST_TOKEN", token)
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path), "timeouts.run_s": 60})
+    [r] = evaluate([Pair(problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "leaves_a_child.py"))],
+                   cfg, run_id="child", out=lambda line: None)
+    assert r.status is Status.OK, r.message
+    assert r.phases["wall_s"] < 40, r.phases
+    assert strays(token) == []
+
+
 def test_a_reference_timing_older_than_its_limit_is_measured_again(tmp_path):
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"results_dir": str(tmp_path), "timing.reference_max_age_s": 0.001})

@@ -133,6 +133,7 @@ class Lane:
         spare.channel.send({"op": "run", "request": request})
         phase, phase_start, other_used = "start", time.monotonic(), 0.0
         call: tuple[float, float, dict] | None = None   # (started, limit, the call event)
+        ended = False   # the worker process seen exited (EXIT_WATCH)
         while True:
             now = time.monotonic()
             in_phase = now - phase_start
@@ -165,6 +166,10 @@ class Lane:
             if not self.pool.frozen:  # spares are stopped while a worker times: nothing to note, and the lane's
                 self.pool.tick()      # clock on the calls (harness/run/clock.py) reads the next message at once
             if got is None:
+                if self.device in EXIT_WATCH and spare.proc.poll() is not None:
+                    if ended:   # the worker exited, and the poll after it read nothing more: its channel
+                        break   # is held open by a process it left
+                    ended = True   # one more poll: what it wrote just before it exited is read first
                 continue
             message, payload = got
             event = message.get("event")
@@ -286,6 +291,13 @@ class Lane:
         finally:
             self.judge.release(force=True)
 
+
+# The devices whose lane ends its watch of a worker once the worker has exited and its channel has
+# been silent for a poll, rather than at the channel's end only: a process the solution left behind
+# (forked at import, in a session of its own) holds the worker's end of the channel open, so a
+# correct pair waited for timeouts.run_s and was recorded `timeout` (tests/test_lanes_cpu.py). On
+# CUDA once the GPU smoke has run with it (the rule for a change to how solution code is run).
+EXIT_WATCH = {"cpu"}
 
 _PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "build": "build_s", "load": "load_s",
                "construct": "construct_s", "correctness": "correctness_s", "timing": "timing_s",
