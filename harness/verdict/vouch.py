@@ -14,11 +14,12 @@ times are trusted: its wall less its times is what the procedure costs per call.
 So for each block the solution's worker's per-call overhead (its lane wall less the times it
 reported, per call) should be the reference worker's, within noise. A worker that reports less
 than its calls took leaves the difference in that overhead: `excess_ms`, the median over the
-rounds of the two overheads' difference (for the whole block on the CPU, its lower quartile: a
-host's stall lengthens some blocks, work moved out of the calls all of them). Where it exceeds `slack_ms + slack_share x` the reported
-median, the times are not vouched for (`timing_untrusted`); as does a block whose count of
-reported times is not the count of calls the lane saw, or that the worker ended other than by
-the lane's closing exchange. The lane's figure is not put in the worker's place: it is a mean
+rounds of the two overheads' difference (for the whole block on the CPU, the lower quartile over
+the rounds of each block's own estimate of a call's time less the reported median: a host's stall
+lengthens some blocks, work moved out of the calls all of them). Where it exceeds `slack_ms +
+slack_share x` the reported median, the times are not vouched for (`timing_untrusted`); as does a
+block whose count of reported times is not the count of calls the lane saw, or that the worker
+ended other than by the lane's closing exchange. The lane's figure is not put in the worker's place: it is a mean
 over blocks that carries another process's overhead, so it would move honest results by that
 noise; a worker that disagrees with the lane by more than the A/A noise was patched, and there
 is nothing to correct (docs/evaluation.md, "The lane's clock")."""
@@ -148,10 +149,11 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
     clock shows at once; and the whole block (`block`),
     where work moved out of the calls' intervals shows too, against a larger and noisier
     overhead. `slack`: {"ms", "noise_ms", "share", "calls_overhead_share", "block_overhead_share",
-    "noise_share", "block_quantile"}: the block's excess is that quantile of the rounds' differences
-    (AUTO_BOUND says why), the calls' their median; each comparison allows an excess of ms + noise_ms / sqrt(n) + share x the
-    reported median + (its overhead share + noise_share / sqrt(n)) x the procedure's own cost in
-    that interval, n the calls timed (the lane's noise on a mean over few calls is larger).
+    "noise_share", "block_quantile"}: the block's excess is judged at that quantile of the rounds
+    (AUTO_BOUND and the comment below say how and why), the calls' at the median; each comparison
+    allows an excess of ms + noise_ms / sqrt(n) + share x the reported median + (its overhead
+    share + noise_share / sqrt(n)) x the procedure's own cost in that interval, n the calls timed
+    (the lane's noise on a mean over few calls is larger).
     `paired`: block i of each was timed in the same round. `fallback`: the procedure's per-call
     costs by interval measured earlier (for a pair whose reference worker timed no block).
     Returns {"ok", "why", "reported_ms", "blocks",
@@ -174,8 +176,8 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
         if not mine:
             continue
         q = slack.get("block_quantile", 0.5) if part == "block" else 0.5
-        means = [sum(t) / len(t) for t, b in zip(reported, lane) if b.get("calls") and t]
-        if q < 0.5 and len(means) == len(mine):
+        means = [sum(t) / len(t) for t, b in zip(reported, lane) if b.get("calls") and t] if q < 0.5 else []
+        if means and len(means) == len(mine):
             # At the median, the rounds' differences (each block's wall against its own reported
             # times) catch work moved out of the calls of more than half the blocks, which is what it
             # takes to move the reported median. Below it they would miss a move in between half and
