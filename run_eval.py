@@ -59,9 +59,11 @@ def eval_parser() -> argparse.ArgumentParser:
 
 def selection_args(p: argparse.ArgumentParser) -> None:
     """What the eval and check commands share: which pairs, which config, where results go."""
-    p.add_argument("--problem", help="family, problem id, number, unique prefix, or a problem file path")
-    p.add_argument("--solution", help="solution name (file stem) or a path to any solution file; 'reference': each "
-                                      "problem's own Model as its solution (A/A: the harness's noise floor)")
+    p.add_argument("--problem", action="append", help="family, problem id, number, unique prefix, or a problem file "
+                                                      "path (again for more: their union)")
+    p.add_argument("--solution", action="append",
+                   help="solution name (file stem) or a path to any solution file; 'reference': each problem's own "
+                        "Model as its solution (A/A: the harness's noise floor); again for more: each one's pairs")
     run_args(p)
 
 
@@ -333,13 +335,16 @@ def configured(args, **extra) -> Config:
 
 
 def selected_pairs(args, cfg: Config) -> list:
-    selected = problems.select(args.problem)
+    """The pairs of --problem and --solution, each given any number of times: the problems' union,
+    each solution's pairs with them, in the order given, each pair once."""
+    selected = list({p.id: p for spec in (args.problem or [None]) for p in problems.select(spec)}.values())
     if not selected:
         raise BadInput("problems/", "no problem files found")
     from harness.compile.build import cache_dir_of
-    return solutions.select_pairs(selected, args.solution, args.problem is not None, problems.discover(),
-                                  precision=cfg.precision,
-                                  reference_dir=reference_dir(cache_dir_of(cfg)))
+    pairs = [pair for spec in (args.solution or [None])
+             for pair in solutions.select_pairs(selected, spec, bool(args.problem), problems.discover(),
+                                                precision=cfg.precision, reference_dir=reference_dir(cache_dir_of(cfg)))]
+    return list({(pair.problem.id, str(pair.solution.path)): pair for pair in pairs}.values())
 
 
 def reference_dir(cache: Path) -> Path:

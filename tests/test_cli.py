@@ -154,6 +154,16 @@ def test_a_run_where_nothing_could_be_evaluated_says_what_to_run_here(tmp_path):
         " ".join(err.split())
 
 
+def test_solution_given_more_than_once_evaluates_each_and_each_pair_once(tmp_path):
+    """argparse kept only the last --solution (the first silently dropped): now each one's pairs."""
+    rc, out, err = cli("--problem", "elementwise_add", "--solution", "cpp_add", "--solution",
+                       str(FIXTURE_SOLUTIONS / "wrong_signature.py"), "--solution", "cpp_add", "--config", FAST,
+                       "--results-dir", str(tmp_path), "--run-id", "several", tmp_path=tmp_path)
+    stored = sorted(p.stem for p in (tmp_path / "several").glob("*.json") if p.name != "run.json")
+    assert stored == ["elementwise_add__cpp_add", "elementwise_add__wrong_signature"], out + err
+    assert rc == 1 and "2 pair(s) on cpu" in out, out + err
+
+
 def test_the_small_things_a_newcomer_met(tmp_path):
     """A bad --set value is the command line's, not the config file's; an unknown key offers the
     near ones and where every key is listed; a forward with the wrong signature is named by its
