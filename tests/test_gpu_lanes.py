@@ -72,3 +72,17 @@ def test_a_solution_that_uses_cuda_at_import_is_judged_on_its_merits(tmp_path, n
     if name == "cuda_at_import_stream":
         assert result.build["extensions"][-1]["name"] == "fixture_cuda_at_import", result.build
         assert "with the GPU hidden the import failed" in result.build["log"]
+
+
+def test_a_worker_that_ended_is_not_waited_for_on_the_gpu_while_a_process_it_left_holds_its_channel(tmp_path, monkeypatch):
+    """As on the CPU (tests/test_lanes_cpu.py): a correct add whose import leaves a process in a
+    session of its own is ok within seconds, and nothing it left runs on (EXIT_WATCH on CUDA)."""
+    import uuid
+    from test_sandbox import strays
+    token = f"kb-leaves-a-child-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KB_TEST_TOKEN", token)
+    pair = Pair(problems.problem_from_path(ADD_PROBLEM), solution_from_path(FIXTURE_SOLUTIONS / "leaves_a_child.py"))
+    (result,) = evaluate([pair], _cfg(tmp_path, **{"timeouts.run_s": 60}), run_id="child", out=lambda line: None)
+    assert result.status is Status.OK, result.message
+    assert result.phases["wall_s"] < 40, result.phases
+    assert strays(token) == []

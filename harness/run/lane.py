@@ -295,9 +295,9 @@ class Lane:
 # The devices whose lane ends its watch of a worker once the worker has exited and its channel has
 # been silent for a poll, rather than at the channel's end only: a process the solution left behind
 # (forked at import, in a session of its own) holds the worker's end of the channel open, so a
-# correct pair waited for timeouts.run_s and was recorded `timeout` (tests/test_lanes_cpu.py). On
-# CUDA once the GPU smoke has run with it (the rule for a change to how solution code is run).
-EXIT_WATCH = {"cpu"}
+# correct pair waited for timeouts.run_s and was recorded `timeout` (tests/test_lanes_cpu.py,
+# tests/test_gpu_lanes.py).
+EXIT_WATCH = {"cpu", "cuda"}
 
 _PHASE_KEYS = {"setup": "startup_s", "start": "startup_s", "build": "build_s", "load": "load_s",
                "construct": "construct_s", "correctness": "correctness_s", "timing": "timing_s",
