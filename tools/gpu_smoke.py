@@ -22,9 +22,10 @@ change to how solution code is loaded, isolated or run, and quote its last line.
 3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it (the
    pairs' results under results/smoke-*).
 
-Measured on an H200 at efd2021, the family's library cached: the pairs 173 s, test_gpu_checks +
-test_timed_checks + test_sandbox's CUDA red team 200 s, test_gpu_lanes under 150 s; `--full`
-takes several 10-minute calls of a lent machine. Where a call is short, give each part a
+Measured on an H200 at f61aba4, the family's library cached: the pairs and test_sandbox,
+test_gpu_checks and test_timed_checks (17 tests) 539 s, then test_gpu_lanes and test_handoff (11
+tests, `--skip-pairs --tests-from`) 338 s, of which the hung kernel's test 140 s: two calls of a lent
+machine; `--full` takes several. Where a call is short, give each part a
 `--deadline` inside the call's limit: a part stopped there says INCOMPLETE with what ran and
 writes the tests it did not reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from`
 takes in the next call; quote every part's line.
