@@ -145,3 +145,25 @@ def test_a_solution_that_patches_its_clocks_fails_or_gets_its_true_time(clock_ru
     assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, (r.message, ms, true_ms)
     assert "the lane's clock: the lane measured" in r.message
     assert r.timing["vouch"]["reported_ms"] < 0.6 * true_ms   # the patch took: the worker's word was a lie
+
+
+@pytest.fixture(scope="module")
+def clock_run_off(tmp_path_factory):
+    cfg = with_overrides(load_config(None), {"device": "cpu", "results_dir": str(tmp_path_factory.mktemp("results")),
+                                             "checks.secret_timed_checks": "off"})
+    problem = problem_from_path(FIXTURES / "problems" / "matmul_chain.py")
+    names = [TWIN, "cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer"]
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in names]
+    return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="clocks-off", out=lambda line: None)}
+
+
+@pytest.mark.parametrize("name", ["cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer"])
+def test_a_patched_clock_fails_with_the_secret_timed_checks_off_too(clock_run_off, name):
+    """With checks.secret_timed_checks off the timed calls are not handed over, and the lane still
+    keeps its clock on each (announced) call. (The handoff fixture is left out: with no handoff
+    after a timed call its work is never done there, so its timed calls really are that fast and
+    their outputs wrong, unchecked: what off gives up, docs/evaluation.md.)"""
+    r, twin = clock_run_off[name], clock_run_off[TWIN]
+    assert twin.status is Status.OK and twin.timing["vouch"]["ok"] is True, twin.message
+    assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, r.message
+    assert r.timing["vouch"]["reported_ms"] < 0.6 * twin.timing["solution"]["median_ms"]
