@@ -255,3 +255,30 @@ def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):
     write(b, "1_Add", "mut_y", "incorrect")
     assert corpus_verdicts.main(["compare", str(a), str(b)]) == 0
     assert corpus_verdicts.main(["compare", str(a), str(tmp_path / "none")]) == 2
+
+
+def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_path, capsys):
+    from tools import corpus_verdicts
+
+    from test_results import make_result
+    base = make_result().to_dict()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    lane = {"startup_s": 1.0, "timing_s": 2.0, "reference_s": 1.0}   # 4 s of the lane's time a pair
+    for i, (key, cached, pch) in enumerate([("k1", False, True), ("k1", False, True), ("k2", True, False)]):
+        build = {"extensions": [{"key": key, "cached": cached, "seconds": 30.0 + i, "cpu_s": 60.0}],
+                 "log": "g++ " + ("-I/c/pch/abc " if pch else "") + "-c main.cpp"}
+        result = {**base, "solution": {**base["solution"], "name": f"s{i}"}, "status": "ok", "build": build,
+                  "phases": {**lane, "build_s": 30.0, "wall_s": 34.0},
+                  "started_at": "2026-12-02T10:00:00+00:00", "finished_at": f"2026-12-02T10:00:{10 * (i + 1):02d}+00:00"}
+        (run / f"p-s{i}.json").write_text(json.dumps(result))
+    assert corpus_verdicts.main(["phases", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "3 solution(s): 3 ok"
+    assert out[1] == "wall 30 s over 1 call(s): 360 an hour"          # first start to last finish
+    assert out[2].startswith("recipes built 1: wall median 30.0 s, CPU-s median 60.0, sum 60;")
+    assert out[2].endswith("precompiled header in 2 of 3 build logs")
+    assert out[3] == "lane a pair: median 4.00 s, sum 12 s; lanes idle 60% of 1 x 30 s"
+    assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0
+    assert "wall 90 s over 2 call(s): 120 an hour" in capsys.readouterr().out

@@ -4,6 +4,7 @@ that has no batch command.
 
     python tools/corpus_verdicts.py compare RUN_DIR_A RUN_DIR_B [--md]
     python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID
+    python tools/corpus_verdicts.py phases RUN_DIR [RUN_DIR ...]
 
 `compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
 pairs both have, how many agree on the status, every pair whose status differs with both messages,
@@ -11,6 +12,10 @@ and the pairs only one run has. `judge` imports the harness of the tree at DIR (
 earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate` over the file
 submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
 that tree's default config; the solutions' names are their files' names, as in the batch command.
+`phases` says what a run (or a run resumed over several calls: give each call's run folder, or the
+one folder and `--walls` of the calls) cost: solutions an hour over the calls' wall time, each
+recipe's build wall and CPU seconds (those built, not found cached; how many read a precompiled
+header), the lane's time a pair (every phase but the build) and the lanes' idle share.
 """
 from __future__ import annotations
 
@@ -40,6 +45,49 @@ def compare(a: dict, b: dict) -> tuple[list[str], int]:
         if only:
             lines.append(f"only in {name} ({len(only)}): {', '.join(only[:20])}{' ...' if len(only) > 20 else ''}")
     return lines, len(differ)
+
+
+LANE_PHASES = ("startup_s", "load_s", "construct_s", "correctness_s", "timing_s", "profile_s", "truth_s", "judge_s",
+               "reference_s", "store_s")
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else float("nan")
+
+
+def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
+    """Lines of what a run cost: `walls` the wall seconds of the calls that made it (the run's first
+    start to its last finish where none is given)."""
+    from datetime import datetime
+    if not results:
+        return ["no results"]
+    if not walls:
+        stamp = datetime.fromisoformat
+        starts = [stamp(r.started_at) for r in results if r.started_at]
+        ends = [stamp(r.finished_at) for r in results if r.finished_at]
+        walls = [(max(ends) - min(starts)).total_seconds()] if starts and ends else []
+    wall = sum(walls)
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+    built = [e for r in results for e in (r.build or {}).get("extensions") or [] if not e.get("cached")]
+    seen: dict[str, dict] = {}
+    for e in built:            # a recipe shared by two solutions is built once: count it once
+        seen.setdefault(e.get("key") or e.get("dir") or str(id(e)), e)
+    logs = [(r.build or {}).get("log") or "" for r in results]
+    lane = [sum(float((r.phases or {}).get(k) or 0) for k in LANE_PHASES) for r in results]
+    busy = sum(lane)
+    cpu = [float(e.get("cpu_s") or 0) for e in seen.values()]
+    lines = [f"{len(results)} solution(s): {', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}",
+             f"wall {wall:.0f} s over {len(walls)} call(s): {3600 * len(results) / wall:.0f} an hour" if wall else
+             "wall: unknown",
+             f"recipes built {len(seen)}: wall median {median([float(e.get('seconds') or 0) for e in seen.values()]):.1f} s, "
+             f"CPU-s median {median(cpu):.1f}, sum {sum(cpu):.0f}; main.cpp with a precompiled header in "
+             f"{sum('/pch/' in log for log in logs)} of {sum('main.cpp' in log for log in logs)} build logs",
+             f"lane a pair: median {median(lane):.2f} s, sum {busy:.0f} s"
+             + (f"; lanes idle {max(0.0, 1 - busy / (wall * lanes)):.0%} of {lanes} x {wall:.0f} s" if wall else "")]
+    return lines
 
 
 def judge(submissions: Path, tree: Path, results_dir: str, run_id: str) -> int:
@@ -75,11 +123,24 @@ def main(argv: list[str]) -> int:
     j.add_argument("--tree", required=True)
     j.add_argument("--results-dir", required=True)
     j.add_argument("--run-id", required=True)
+    p = sub.add_parser("phases")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--walls", default="", help="the calls' wall seconds, comma-separated")
+    p.add_argument("--lanes", type=int, default=1)
     args = ap.parse_args(argv)
     if args.cmd == "judge":
         return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from harness.core.errors import BadInput
+    if args.cmd == "phases":
+        try:
+            results = [r for run in args.runs for r in load(Path(run)).values()]
+            walls = [float(w) for w in args.walls.split(",") if w.strip()]
+        except (BadInput, ValueError) as exc:
+            print(f"corpus_verdicts: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(phases(results, walls, args.lanes)))
+        return 0
     try:
         lines, differ = compare(load(Path(args.a)), load(Path(args.b)))
     except BadInput as exc:
