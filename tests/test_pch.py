@@ -53,3 +53,35 @@ def test_main_cpp_read_through_it_is_the_same_object(tmp_path):
         assert (f"-I{folder}" in log) is (mode == "on"), log[-2000:]
         objects[mode] = (built / "main.o").read_bytes()
     assert objects["on"] == objects["off"]
+
+
+def test_the_ask_that_makes_it_does_not_wait_for_it(tmp_path):
+    """Builds started together: the second ask starts the header's making in the background and
+    compiles without it, as does any ask while it is made; once made, it is handed out."""
+    import threading
+    import time
+    root = tmp_path / "pch"
+    params = {"cpp_sources": "int f();", "extra_cflags": ["-O2", "-DKB_PCH_TEST=1"]}
+    assert pch.folder_for(root, params, {}) is None          # the first ask: one-off so far
+    start = time.monotonic()
+    assert pch.folder_for(root, params, {}) is None          # the second: made in the background
+    asked_s = time.monotonic() - start
+    assert pch.folder_for(root, params, {}) is None          # while it is made: no wait, no second maker
+    [maker] = [t for t in threading.enumerate() if t.name == "kb-pch"]
+    maker.join(timeout=900)
+    folder = pch.folder_for(root, params, {})
+    assert folder and (Path(folder) / pch.GCH).is_file()
+    made_s = json.loads((Path(folder) / "made.json").read_text())["seconds"]
+    assert asked_s < made_s, (asked_s, made_s)               # the ask returned before the header was made
+    assert not list(root.glob(".*"))                         # no staging folder left
+
+
+def test_another_process_making_it_is_not_waited_for(tmp_path):
+    import fcntl
+    root = tmp_path / "pch"
+    assert pch.make(root, False, [], "ask") == {"why": "first"}
+    [count] = root.glob("*.lock")
+    with open(count.with_suffix(".making"), "a+") as making:     # a helper of another process makes it
+        fcntl.flock(making, fcntl.LOCK_EX)
+        assert pch.make(root, False, [], "ask") == {"why": "being made"}
+    assert pch.make(root, False, [], "ask") == {"why": "to make"}

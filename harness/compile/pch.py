@@ -16,11 +16,13 @@ file or runs a program) and that adds no include folder of its own (which could 
 torch/extension.h includes). The compile step only reads it.
 
 Cost: a precompiled header is about 800 MB and about 50 CPU-s; one is made for a set of flags the
-second time a recipe asks for it (a one-off set never pays), and beyond KEEP the least recently
-used are removed (a compile that finds its folder gone parses the header, as without).
+second time a recipe asks for it (a one-off set never pays), in the background: no build waits for
+it, those that ask before it is made parse the header; beyond KEEP the least recently used are
+removed (a compile that finds its folder gone parses the header, as without).
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
@@ -28,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +44,9 @@ KEEP = 4
 # flags that change how the header is compiled but name no file and run no program
 SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?|W[\w=+-]*|w|pthread|"
                   r"f(?!plugin)[\w=.+-]+|m[\w=.+-]+)")
-_memo: dict[tuple, str | None] = {}
+_UNKNOWN, _PENDING = object(), object()
+_memo: dict[tuple, Any] = {}      # flag set -> its folder, None (never), or _PENDING (a thread makes it)
+_helpers: set[subprocess.Popen] = set()
 _lock = threading.Lock()
 
 
@@ -56,31 +61,76 @@ def eligible(params: dict[str, Any]) -> bool:
 
 def folder_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> str | None:
     """The folder to put on the recipe's C++ include path, or None (not eligible, asked for once
-    only so far, or it could not be made). Memoized per flag set for the process's life."""
+    only so far, being made, or it could not be made). Memoized per flag set for the process's life.
+    The ask that makes one does not wait for it: the header is precompiled by a thread of this
+    process (its helper a child process) while that recipe and the others asked meanwhile compile
+    without it, so builds started together are not held up by it (docs/harness-perf.md)."""
     if not eligible(params):
         return None
     with_cuda = params.get("with_cuda")
     with_cuda = bool(params.get("cuda_sources")) if with_cuda is None else bool(with_cuda)
     signature = (str(root), with_cuda, tuple(params.get("extra_cflags") or []))
     with _lock:
-        if signature in _memo:
-            known = _memo[signature]
-            if known is None or (Path(known) / GCH).is_file():
-                if known:
-                    os.utime(known)
-                return known
+        known = _memo.get(signature, _UNKNOWN)
+        if known is None or known is _PENDING:
+            return None
+        if known is not _UNKNOWN and (Path(known) / GCH).is_file():
+            os.utime(known)
+            return known
     request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2])}
-    try:
-        proc = subprocess.run([sys.executable, "-m", "harness.compile.pch", json.dumps(request)], capture_output=True,
-                              text=True, timeout=900, env={**os.environ, **env},
-                              cwd=Path(__file__).resolve().parents[2])
-        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"why": "failed"}
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
-        answer = {"why": "failed"}
+    answer = _helper(request, env, "ask")
+    if answer.get("why") == "to make":
+        with _lock:
+            if _memo.get(signature, _UNKNOWN) is _PENDING:
+                return None
+            _memo[signature] = _PENDING
+        threading.Thread(target=_make_for, args=(signature, request, env), name="kb-pch", daemon=True).start()
+        return None
     if answer.get("folder") or answer.get("why") == "failed":   # asked once only so far: asked again next time
         with _lock:
             _memo[signature] = answer.get("folder")
     return answer.get("folder")
+
+
+def _helper(request: dict[str, Any], env: dict[str, str], what: str) -> dict[str, Any]:
+    """`python -m harness.compile.pch` (the trusted side's helper, which imports torch) asked to
+    `what` (ask | make); {"why": "failed"} where it fails or runs past 900 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness.compile.pch", json.dumps({**request, "what": what})],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+                            cwd=Path(__file__).resolve().parents[2])
+    with _lock:
+        _helpers.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=900)
+        return json.loads(out.strip().splitlines()[-1]) if proc.returncode == 0 else {"why": "failed"}
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        proc.kill()
+        proc.wait()
+        return {"why": "failed"}
+    finally:
+        with _lock:
+            _helpers.discard(proc)
+
+
+def _make_for(signature: tuple, request: dict[str, Any], env: dict[str, str]) -> None:
+    answer = _helper(request, env, "make")
+    with _lock:
+        _memo[signature] = answer.get("folder")   # None where it failed: not asked again by this process
+
+
+@atexit.register
+def _stop_helpers() -> None:
+    """A header still being made when the process ends is given up (its helper removes what it
+    wrote), rather than left compiling after the command has returned."""
+    with _lock:
+        helpers = list(_helpers)
+    for proc in helpers:
+        proc.terminate()
+    for proc in helpers:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _torch_flags(with_cuda: bool, extra_cflags: list[str], scratch: Path) -> tuple[str, list[str], list[str]]:
@@ -108,38 +158,68 @@ def _prune(root: Path, keep: int = KEEP) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def make(root: Path, with_cuda: bool, extra_cflags: list[str]) -> dict[str, Any]:
-    """{"folder": the folder of a precompiled torch/extension.h for these flags}, made the second
-    time it is asked for (the count kept beside it); else {"why": "first"} or {"why": "failed"}."""
+def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both") -> dict[str, Any]:
+    """`what` "ask": {"folder": ...} where the header for these flags is made; else count the ask
+    (beside it) and answer {"why": "first"} the first time, {"why": "being made"} while a helper
+    makes it, {"why": "to make"} from the second time. "make": precompile it now (or wait for the
+    helper that is making it) and answer {"folder"} or {"why": "failed", "log"}. "both": ask, and
+    make where the answer is "to make"."""
     import torch
-    import torch.utils.cpp_extension as cpp_ext
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as scratch:
         cxx, flags, post = _torch_flags(with_cuda, extra_cflags, Path(scratch))
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(json.dumps([torch.__version__, cxx, version, flags, post]).encode()).hexdigest()[:20]
     folder = root / key
-    with open(root / f"{key}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    if what in ("ask", "both"):
+        answer = _ask(root, key)
+        if what == "ask" or answer.get("why") != "to make":
+            return answer
+    with open(root / f"{key}.making", "a+") as making:
+        fcntl.flock(making, fcntl.LOCK_EX)      # one maker at a time; a second waits and finds it made
         if (folder / GCH).is_file():
             os.utime(folder)
             return {"folder": str(folder)}
+        answer = _precompile(folder, cxx, flags, post)
+    if answer.get("folder"):
+        _prune(root)
+    return answer
+
+
+def _ask(root: Path, key: str) -> dict[str, Any]:
+    folder = root / key
+    with open(root / f"{key}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # held only to read and count
+        if (folder / GCH).is_file():
+            os.utime(folder)
+            return {"folder": str(folder)}
+        with open(root / f"{key}.making", "a+") as making:
+            try:
+                fcntl.flock(making, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return {"why": "being made"}
         lock.seek(0)
         asked = int(lock.read().strip() or 0) + 1
         lock.seek(0)
         lock.truncate()
         lock.write(str(asked))
         lock.flush()
-        if asked < 2:
-            return {"why": "first"}
-        header = Path(cpp_ext.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        return {"why": "first"} if asked < 2 else {"why": "to make"}
+
+
+def _precompile(folder: Path, cxx: str, flags: list[str], post: list[str]) -> dict[str, Any]:
+    """torch/extension.h precompiled into `folder` (through a staging folder beside it, removed
+    whatever ends the compile: a SIGTERM of the helper exits through here)."""
+    import torch
+    import torch.utils.cpp_extension as cpp_ext
+    header = Path(cpp_ext.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
         (staging / GCH.parent).mkdir(parents=True)
         start = time.monotonic()
         proc = subprocess.run([cxx, *flags, "-x", "c++-header", str(header), "-o", str(staging / GCH), *post],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
             return {"why": "failed", "log": proc.stdout[-2000:] + proc.stderr[-2000:]}
         (staging / "made.json").write_text(json.dumps({"flags": flags, "post": post, "cxx": cxx, "torch": torch.__version__,
                                                        "seconds": round(time.monotonic() - start, 1)}))
@@ -148,10 +228,13 @@ def make(root: Path, with_cuda: bool, extra_cflags: list[str]) -> dict[str, Any]
         os.chmod(staging / GCH, 0o644)
         shutil.rmtree(folder, ignore_errors=True)
         os.rename(staging, folder)
-    _prune(root)
-    return {"folder": str(folder)}
+        return {"folder": str(folder)}
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # through make's cleanup
     request = json.loads(sys.argv[1])
-    print(json.dumps(make(Path(request["root"]), bool(request["with_cuda"]), list(request["extra_cflags"]))))
+    print(json.dumps(make(Path(request["root"]), bool(request["with_cuda"]), list(request["extra_cflags"]),
+                          request.get("what", "both"))))
