@@ -341,9 +341,10 @@ def selected_pairs(args, cfg: Config) -> list:
     if not selected:
         raise BadInput("problems/", "no problem files found")
     from harness.compile.build import cache_dir_of
+    every, shims = problems.discover(), reference_dir(cache_dir_of(cfg))
     pairs = [pair for spec in (args.solution or [None])
-             for pair in solutions.select_pairs(selected, spec, bool(args.problem), problems.discover(),
-                                                precision=cfg.precision, reference_dir=reference_dir(cache_dir_of(cfg)))]
+             for pair in solutions.select_pairs(selected, spec, bool(args.problem), every,
+                                                precision=cfg.precision, reference_dir=shims)]
     return list({(pair.problem.id, str(pair.solution.path)): pair for pair in pairs}.values())
 
 
