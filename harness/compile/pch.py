@@ -47,6 +47,7 @@ SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?
 _UNKNOWN, _PENDING = object(), object()
 _memo: dict[tuple, Any] = {}      # flag set -> its folder, None (never), or _PENDING (a thread makes it)
 _helpers: set[subprocess.Popen] = set()
+_PID = os.getpid()
 _lock = threading.Lock()
 
 
@@ -121,7 +122,10 @@ def _make_for(signature: tuple, request: dict[str, Any], env: dict[str, str]) ->
 @atexit.register
 def _stop_helpers() -> None:
     """A header still being made when the process ends is given up (its helper removes what it
-    wrote), rather than left compiling after the command has returned."""
+    wrote), rather than left compiling after the command has returned (by the process that started
+    it only: a forked copy holds the same list)."""
+    if os.getpid() != _PID:
+        return
     with _lock:
         helpers = list(_helpers)
     for proc in helpers:
