@@ -159,14 +159,20 @@ def test_a_truncated_variant_takes_the_first_arguments_and_refuses_a_later_one_s
 
 def test_lane_clock_reads_what_the_harness_held_a_pair_to(tmp_path, capsys):
     from tools import lane_clock
+
+    from test_results import make_result
+    base = make_result().to_dict()
     vouch = {"reported_ms": 0.19, "calls": {"overhead_ms": 0.15, "excess_ms": -0.04, "bound_ms": 0.03},
              "block": {"overhead_ms": 1.6, "excess_ms": 0.25, "bound_ms": 0.5}}
-    timed = {"problem": {"id": "44_x"}, "solution": {"name": "fast"}, "status": "ok", "flags": [],
-             "timing": {"vouch": vouch}}
-    untimed = {"problem": {"id": "44_x"}, "solution": {"name": "wrong"}, "status": "incorrect", "timing": {}}
+    timed = {**base, "problem": {**base["problem"], "id": "44_x"}, "solution": {**base["solution"], "name": "fast"},
+             "status": "ok", "flags": [], "timing": {"vouch": vouch}}
+    untimed = {**base, "problem": {**base["problem"], "id": "44_x"}, "solution": {**base["solution"], "name": "wrong"},
+               "status": "incorrect", "timing": {}}
     (tmp_path / "a.json").write_text(json.dumps(timed))
     (tmp_path / "b.json").write_text(json.dumps(untimed))
     (tmp_path / "run.json").write_text("{}")
+    assert lane_clock.main([str(tmp_path / "none")]) == 2     # one line naming the folder
+    assert "no such results folder" in capsys.readouterr().err
     assert lane_clock.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and "fast" in out[1] and "wrong" not in "".join(out)

@@ -13,9 +13,10 @@ It reads the record rather than recomputing it: the calls' interval is two marks
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 COLS = ["problem", "solution", "status", "reported_ms", "calls_ovh_ms", "calls_excess_ms", "calls_bound_ms",
         "calls_share", "block_ovh_ms", "block_excess_ms", "block_bound_ms", "block_share", "flags"]
@@ -45,14 +46,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--md", action="store_true")
     args = ap.parse_args(argv)
-    rows = []
-    for run in args.runs:
-        for path in sorted(Path(run).glob("*.json")):
-            if path.name == "run.json":
-                continue
-            r = row(json.loads(path.read_text()))
-            if r is not None:
-                rows.append(r)
+    sys.path.insert(0, str(ROOT))
+    from harness.core.errors import BadInput
+    from harness.core.store import load_run   # every schema version the harness reads
+    try:
+        results = [r.to_dict() for run in args.runs for r in load_run(run)]
+    except BadInput as exc:
+        print(f"lane_clock: {exc}", file=sys.stderr)
+        return 2
+    rows = [r for r in map(row, results) if r is not None]
 
     def fmt(v):
         return f"{v:.4f}" if isinstance(v, float) else str(v)
