@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 
@@ -52,8 +54,7 @@ LANE_PHASES = ("startup_s", "load_s", "construct_s", "correctness_s", "timing_s"
 
 
 def median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else float("nan")
+    return statistics.median(xs) if xs else float("nan")
 
 
 def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
@@ -68,9 +69,7 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
         ends = [stamp(r.finished_at) for r in results if r.finished_at]
         walls = [(max(ends) - min(starts)).total_seconds()] if starts and ends else []
     wall = sum(walls)
-    statuses: dict[str, int] = {}
-    for r in results:
-        statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+    statuses = Counter(r.status.value for r in results)
     built = [e for r in results for e in (r.build or {}).get("extensions") or [] if not e.get("cached")]
     seen: dict[str, dict] = {}
     for e in built:            # a recipe shared by two solutions is built once: count it once
