@@ -11,7 +11,8 @@ from conftest import FIXTURES
 def test_default_yaml_matches_dataclass_defaults():
     """configs/default.yaml spells out the defaults, plus the problems' extra correctness shapes."""
     cfg = load_config(REPO_ROOT / "configs" / "default.yaml")
-    assert set(cfg.correctness.extra_shapes) >= {"57", "65", "69", "71", "75", "78", "81", "901", "902"}
+    family = sorted((REPO_ROOT / "problems" / "conv_transpose2d").glob("*.py"))
+    assert len(family) == 9 and set(cfg.correctness.extra_shapes) >= {f.stem for f in family}
     plain = dataclasses.replace(cfg, source="x", correctness=dataclasses.replace(cfg.correctness, extra_shapes={}))
     assert plain == dataclasses.replace(Config(), source="x")
 
@@ -132,3 +133,21 @@ def test_timing_move_inputs_takes_auto_on_or_off():
     assert cfg.timing.move_inputs == "auto"
     with pytest.raises(BadInput, match="timing.move_inputs must be auto, on or off"):
         with_overrides(cfg, {"timing.move_inputs": "sometimes"})
+
+
+def test_the_default_extra_shapes_are_keyed_by_id_not_by_a_number_kernelbench_levels_share(tmp_path):
+    """Level 2's 71 (a Conv2d) is not level 1's 71: the family's extra shapes must not reach it, or
+    validate() refuses a whole batch that holds it (seen with a corpus of KernelBench solutions)."""
+    from harness.core import problems
+    cfg = load_config(REPO_ROOT / "configs" / "default.yaml")
+    level2 = tmp_path / "level2" / "71_Conv2d_Divide_LeakyReLU.py"
+    level2.parent.mkdir()
+    level2.write_text("import torch\nbatch_size = 2\nin_channels = 3\n\n"
+                      "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
+                      "def get_inputs():\n    return [torch.rand(batch_size, in_channels, 4, 4)]\n\n"
+                      "def get_init_inputs():\n    return []\n")
+    other = problems.problem_from_path(level2)
+    assert problems.extra_shapes_for(other, cfg.correctness.extra_shapes) == []
+    problems.validate(other, problems.extra_shapes_for(other, cfg.correctness.extra_shapes), "default.yaml")
+    own = problems.select("71")[0]
+    assert len(problems.extra_shapes_for(own, cfg.correctness.extra_shapes)) == 3
