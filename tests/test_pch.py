@@ -26,6 +26,7 @@ class ModelNew(nn.Module):
 def test_only_flags_that_name_no_file_and_no_folder_of_its_own_may_read_it():
     plain = {"cpp_sources": "int f();", "extra_cflags": ["-O3", "-DN=4", "-std=c++20", "-Wall", "-march=native"]}
     assert pch.eligible(plain) and pch.eligible({"cpp_sources": ["int f();"]})
+    assert pch.eligible({"cpp_sources": "int f();", "extra_cflags": [""]})   # KernelBench's template: no flag
     for bad in ({"extra_cflags": ["-include", "x.h"]}, {"extra_cflags": ["-I/tmp"]}, {"extra_cflags": ["-fplugin=x.so"]},
                 {"extra_cflags": ["-B/tmp"]}, {"extra_cflags": ["-specs=x"]}, {"extra_cflags": ["@opts"]},
                 {"extra_include_paths": ["/tmp"]}, {"no_implicit_headers": True}, {"use_pch": True},
@@ -62,15 +63,16 @@ def test_the_ask_that_makes_it_does_not_wait_for_it(tmp_path):
     import time
     root = tmp_path / "pch"
     params = {"cpp_sources": "int f();", "extra_cflags": ["-O2", "-DKB_PCH_TEST=1"]}
-    assert pch.folder_for(root, params, {}) is None          # the first ask: one-off so far
+    assert pch.header_for(root, params, {}) == (None, "asked once so far")   # one-off so far
     start = time.monotonic()
-    assert pch.folder_for(root, params, {}) is None          # the second: made in the background
+    assert pch.header_for(root, params, {}) == (None, "being made")   # the second: made in the background
     asked_s = time.monotonic() - start
-    assert pch.folder_for(root, params, {}) is None          # while it is made: no wait, no second maker
+    assert pch.header_for(root, params, {}) == (None, "being made")   # no wait, no second maker
     [maker] = [t for t in threading.enumerate() if t.name == "kb-pch"]
     maker.join(timeout=900)
-    folder = pch.folder_for(root, params, {})
-    assert folder and (Path(folder) / pch.GCH).is_file()
+    folder, why = pch.header_for(root, params, {})
+    assert why == "read" and folder and (Path(folder) / pch.GCH).is_file()
+    assert pch.header_for(root, {**params, "extra_include_paths": ["/tmp"]}, {}) == (None, "not eligible")
     made_s = json.loads((Path(folder) / "made.json").read_text())["seconds"]
     assert asked_s < made_s, (asked_s, made_s)               # the ask returned before the header was made
     assert not list(root.glob(".*"))                         # no staging folder left
@@ -85,3 +87,13 @@ def test_another_process_making_it_is_not_waited_for(tmp_path):
         fcntl.flock(making, fcntl.LOCK_EX)
         assert pch.make(root, False, [], "ask") == {"why": "being made"}
     assert pch.make(root, False, [], "ask") == {"why": "to make"}
+
+
+def test_a_header_that_could_not_be_made_says_why_in_the_build_record(tmp_path, monkeypatch):
+    """What the build record's `pch` says where the helper fails (the H200 corpus run had no
+    main.cpp read one and no record of why)."""
+    monkeypatch.setattr(pch, "_helper", lambda request, env, what: {"why": "failed", "log": "the helper exited 1\n"
+                                                                   "IndexError: list index out of range\n"})
+    params = {"cpp_sources": "int f();", "extra_cflags": ["-DKB_PCH_FAILS=1"]}
+    assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")
+    assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")  # memoized

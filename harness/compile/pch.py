@@ -47,50 +47,70 @@ SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?
 _UNKNOWN, _PENDING = object(), object()
 _memo: dict[tuple, Any] = {}      # flag set -> its folder, None (never), or _PENDING (a thread makes it)
 _helpers: set[subprocess.Popen] = set()
+_failed: dict[tuple, str] = {}   # flag set -> why it could not be made
 _PID = os.getpid()
 _lock = threading.Lock()
 
 
 def eligible(params: dict[str, Any]) -> bool:
     """Whether a recipe's main.cpp may read a precompiled torch/extension.h: it begins with
-    load_inline's implicit include, adds no include folder, and every extra C++ flag is SAFE."""
+    load_inline's implicit include, adds no include folder, and every extra C++ flag is SAFE (an
+    empty one, as KernelBench's template passes, is none: torch joins the flags with spaces)."""
     flags = params.get("extra_cflags") or []
     return (bool(params.get("cpp_sources")) and not params.get("no_implicit_headers") and not params.get("use_pch")
             and not params.get("extra_include_paths") and isinstance(flags, list)
-            and all(isinstance(f, str) and SAFE.fullmatch(f) for f in flags))
+            and all(isinstance(f, str) and (not f or SAFE.fullmatch(f)) for f in flags))
 
 
 def folder_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> str | None:
-    """The folder to put on the recipe's C++ include path, or None (not eligible, asked for once
-    only so far, being made, or it could not be made). Memoized per flag set for the process's life.
-    The ask that makes one does not wait for it: the header is precompiled by a thread of this
+    """The folder to put on the recipe's C++ include path, or None: `header_for`'s folder."""
+    return header_for(root, params, env)[0]
+
+
+def header_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> tuple[str | None, str]:
+    """(the folder to put on the recipe's C++ include path or None, why: "read", "not eligible",
+    "asked once so far", "being made", "failed: ..."). Memoized per flag set for the process's
+    life. The ask that makes one does not wait for it: the header is precompiled by a thread of this
     process (its helper a child process) while that recipe and the others asked meanwhile compile
     without it, so builds started together are not held up by it (docs/harness-perf.md)."""
     if not eligible(params):
-        return None
+        return None, "not eligible"
     with_cuda = params.get("with_cuda")
     with_cuda = bool(params.get("cuda_sources")) if with_cuda is None else bool(with_cuda)
-    signature = (str(root), with_cuda, tuple(params.get("extra_cflags") or []))
+    signature = (str(root), with_cuda, tuple(f for f in params.get("extra_cflags") or [] if f))
     with _lock:
         known = _memo.get(signature, _UNKNOWN)
-        if known is None or known is _PENDING:
-            return None
+        if known is None:
+            return None, _failed.get(signature, "failed")
+        if known is _PENDING:
+            return None, "being made"
         if known is not _UNKNOWN and (Path(known) / GCH).is_file():
             os.utime(known)
-            return known
+            return known, "read"
     request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2])}
     answer = _helper(request, env, "ask")
     if answer.get("why") == "to make":
         with _lock:
             if _memo.get(signature, _UNKNOWN) is _PENDING:
-                return None
+                return None, "being made"
             _memo[signature] = _PENDING
         threading.Thread(target=_make_for, args=(signature, request, env), name="kb-pch", daemon=True).start()
-        return None
+        return None, "being made"
     if answer.get("folder") or answer.get("why") == "failed":   # asked once only so far: asked again next time
         with _lock:
             _memo[signature] = answer.get("folder")
-    return answer.get("folder")
+            if not answer.get("folder"):
+                _failed[signature] = _failure(answer)
+    if answer.get("folder"):
+        return answer["folder"], "read"
+    if answer.get("why") == "first":
+        return None, "asked once so far"
+    return None, _failure(answer) if answer.get("why") == "failed" else str(answer.get("why"))
+
+
+def _failure(answer: dict[str, Any]) -> str:
+    last = [line for line in str(answer.get("log") or "").splitlines() if line.strip()][-1:]
+    return "failed" + (f": {last[0].strip()[:300]}" if last else "")
 
 
 def _helper(request: dict[str, Any], env: dict[str, str], what: str) -> dict[str, Any]:
@@ -102,12 +122,18 @@ def _helper(request: dict[str, Any], env: dict[str, str], what: str) -> dict[str
     with _lock:
         _helpers.add(proc)
     try:
-        out, _ = proc.communicate(timeout=900)
-        return json.loads(out.strip().splitlines()[-1]) if proc.returncode == 0 else {"why": "failed"}
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        out, err = proc.communicate(timeout=900)
+        if proc.returncode:
+            return {"why": "failed", "log": f"the helper exited {proc.returncode}\n{err[-2000:]}"}
+        return json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return {"why": "failed"}
+        return {"why": "failed", "log": "the helper ran past 900 s"}
+    except (ValueError, IndexError, OSError) as exc:
+        proc.kill()
+        proc.wait()
+        return {"why": "failed", "log": f"the helper's answer: {exc}"}
     finally:
         with _lock:
             _helpers.discard(proc)
@@ -117,6 +143,8 @@ def _make_for(signature: tuple, request: dict[str, Any], env: dict[str, str]) ->
     answer = _helper(request, env, "make")
     with _lock:
         _memo[signature] = answer.get("folder")   # None where it failed: not asked again by this process
+        if not answer.get("folder"):
+            _failed[signature] = _failure(answer)
 
 
 @atexit.register

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ..isolate import sandbox
 from .build import LOG_NAME, folder_of
 from .failures import failure
-from .pch import folder_for
+from .pch import header_for
 from ..isolate.isolation import run_module
 from ..core.results import Status
 
@@ -114,7 +114,7 @@ class Compiler:
         name = recipe["params"]["name"]
         scratch = where / "scratch"
         build_root = scratch / "builds" if self.plan["mode"] != "off" else where / "builds"
-        pch = folder_for(Path(self.cache_dir) / "pch", recipe["params"], self.env) if self.pch else None
+        pch, pch_why = header_for(Path(self.cache_dir) / "pch", recipe["params"], self.env) if self.pch else (None, "")
         policy = None
         if self.plan["mode"] != "off":
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
@@ -128,7 +128,8 @@ class Compiler:
         end = outcome.last("build_end") or {}
         ext = {"name": name, "key": end.get("key"), "dir": None, "cached": False, "ok": False,
                "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
-               **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {})}
+               **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {}),
+               **({"pch": pch_why} if pch_why else {})}
         failed = failure(outcome, "(timeouts.build_s)")
         built = build_root / target.name
         if failed is None and not published(built, compile_only):
