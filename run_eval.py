@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -146,13 +147,16 @@ def cmd_batch(argv: list[str]) -> int:
     bad = len(malformed)
     for answer in malformed:
         print(json.dumps(answer), flush=True)
+    stop = threading.Event()
     try:
         with interruptible():
-            for answer in judge_batch(submissions, cfg, run_id=run_id, resume=args.resume, out=err, full=args.full):
+            for answer in judge_batch(submissions, cfg, run_id=run_id, resume=args.resume, out=err, full=args.full,
+                                      stop=stop):
                 bad += answer["status"] == "bad_input"
                 print(json.dumps(answer, default=str), flush=True)
     except KeyboardInterrupt:
-        err(f"interrupted: the rest: python run_eval.py {resume_command(argv, run_id)}")
+        stop.set()   # (interrupted while printing: the run's own thread halts it)
+        err(f"interrupted: the rest: python run_eval.py {resume_command(['batch', *argv], run_id)}")
         return INTERRUPTED
     err(f"results: {cfg.results_dir}/{run_id}/")
     return BAD_INPUT if bad else OK

@@ -130,10 +130,14 @@ def line(result: EvalResult, tag: Any = None, index: int | None = None) -> dict[
 
 
 def judge_batch(submissions: Iterable[Mapping[str, Any]], cfg: Config, *, run_id: str, resume: bool = False,
-                out: Callable[[str], None] = lambda text: None, full: bool = False) -> Iterator[dict[str, Any]]:
+                out: Callable[[str], None] = lambda text: None, full: bool = False,
+                stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
     """Judge the submissions; yield each one's line (`full`: with the whole result under
     "result") as soon as it is recorded, refused ones first. The run goes on in a thread of its
-    own; a loop that stops iterating early leaves it to finish (its results are stored)."""
+    own; a loop that stops iterating early (break) leaves it to finish (its results are stored).
+    Setting `stop` (from any thread) stops it within seconds, as does an interrupt (Ctrl-C, or a
+    SIGTERM made one) while this waits for the next result: the steps in flight are killed and
+    nothing is recorded of the pairs cut short (runner.evaluate)."""
     from ..compile.build import cache_dir_of
     from ..run.runner import evaluate
     accepted, refused = accept(submissions, sources_folder(cache_dir_of(cfg), run_id), cfg.precision)
@@ -143,20 +147,28 @@ def judge_batch(submissions: Iterable[Mapping[str, Any]], cfg: Config, *, run_id
     by_key = {pair_key(a.pair.problem.id, a.pair.solution.name): a for a in accepted}
     done: queue.Queue = queue.Queue()
     end = object()
+    stop = stop or threading.Event()
 
     def run() -> None:
         try:
-            evaluate([a.pair for a in accepted], cfg, run_id=run_id, resume=resume, out=out, on_result=done.put)
+            evaluate([a.pair for a in accepted], cfg, run_id=run_id, resume=resume, out=out, on_result=done.put,
+                     stop=stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             done.put(exc)
         done.put(end)
 
-    threading.Thread(target=run, daemon=True, name="batch").start()
-    while (got := done.get()) is not end:
-        if isinstance(got, BaseException):
-            raise got
-        submission = by_key.get(got.key)
-        answer = line(got, submission.tag if submission else None, submission.index if submission else None)
-        if full:
-            answer["result"] = got.to_dict()
-        yield answer
+    thread = threading.Thread(target=run, daemon=True, name="batch")
+    thread.start()
+    try:
+        while (got := done.get()) is not end:
+            if isinstance(got, BaseException):
+                raise got
+            submission = by_key.get(got.key)
+            answer = line(got, submission.tag if submission else None, submission.index if submission else None)
+            if full:
+                answer["result"] = got.to_dict()
+            yield answer
+    except (KeyboardInterrupt, SystemExit):
+        stop.set()
+        thread.join(timeout=60)
+        raise

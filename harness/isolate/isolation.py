@@ -52,6 +52,30 @@ def run(args: list[str], timeout: float | None = None, **kwargs: Any) -> subproc
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
+# Steps that run_module is following now, and whether the run is being stopped (Ctrl-C, SIGTERM,
+# a batch's caller): stop_steps() kills every step in flight, and run_module starts none until
+# allow_steps(), so that a stopped run ends in seconds rather than once its builds have finished.
+_STEPS: set[subprocess.Popen] = set()
+_STOPPING = threading.Event()
+
+
+class Stopped(BaseException):
+    """A step killed, or not started, because the run is being stopped: nothing of it is recorded.
+    A BaseException, so that no `except Exception` records it as the pair's failure."""
+
+
+def stop_steps() -> None:
+    _STOPPING.set()
+    with _LOCK:
+        procs = list(_STEPS)
+    for proc in procs:
+        _kill(proc)
+
+
+def allow_steps() -> None:
+    _STOPPING.clear()
+
+
 _REAPER = {"on": False}
 
 
@@ -196,6 +220,8 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     log_path = work_dir / f"{tag}.log"
     phase_limits = dict(phase_limits or {})
     reader = EventReader(events_path)
+    if _STOPPING.is_set():
+        raise Stopped(f"not started: {module} (the run is being stopped)")
     start = time.monotonic()
     # the request and the events file reach the child as descriptors: in a sandbox neither is
     # within its reach by path (its scratch, its only writable folder, is work_dir/scratch)
@@ -210,9 +236,28 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     finally:
         os.close(request_fd)
         os.close(events_fd)
+    with _LOCK:
+        _STEPS.add(proc)
+    try:
+        return _follow(proc, reader, start, phase_limits, limit_s, on_event, poll_s, policy, log_path)
+    finally:
+        with _LOCK:
+            _STEPS.discard(proc)
+
+
+def _follow(proc: subprocess.Popen, reader: EventReader, start: float, phase_limits: dict[str, float],
+            limit_s: float, on_event: Callable[[dict[str, Any]], None] | None, poll_s: float,
+            policy: dict[str, Any] | None, log_path: Path) -> Outcome:
+    """run_module's watch of its step until it ends, runs past its limits (killed) or the run is
+    stopped (killed, Stopped)."""
     phase, phase_start, other_used = "start", start, 0.0
     timed_out, exceeded = False, None
     while True:
+        if _STOPPING.is_set():
+            _kill(proc)
+            if policy and policy["mode"] != "off":
+                sandbox.release_cgroup(proc.pid)
+            raise Stopped("killed: the run is being stopped")
         rc = proc.poll()
         now = time.monotonic()
         for event in reader.poll():

@@ -28,7 +28,7 @@ from ..compile.build import cache_dir_of, manifest_key, read_manifest
 from ..core.config import Config
 from .env import git_info
 from ..core.errors import BadInput
-from ..isolate.isolation import reaping
+from ..isolate.isolation import allow_steps, reaping, stop_steps
 from .laneproc import LaneDied, LaneProc, Lanes
 from ..record.leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
@@ -217,7 +217,8 @@ def unchanged_since(pairs: list[Pair], yardsticks: dict[tuple[str, str], tuple[s
 def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = False,
              out: Callable[[str], None] = print, lanes: Lanes | None = None,
              width: int | None = None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None = None,
-             on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+             on_result: Callable[[EvalResult], None] | None = None,
+             stop: threading.Event | None = None) -> list[EvalResult]:
     """Evaluate the pairs; `lanes`, when given, were started earlier (open_lanes) and are closed here.
     `yardsticks`: (problem id, solution name) of a pair -> that of another pair of the run, the
     same solution at a revision (the CI gate's --baseline-rev): timed in the first's rounds, and
@@ -226,11 +227,15 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
     The checkout's files (checkout_files) are hashed at the start and compared at the end: a change
     raises CheckoutChanged once every result is stored (the run's manifest names the files).
     `on_result` is called with each result once it is stored (a resumed run's recorded ones first),
-    from the thread that stored it (harness/cli/batch.py streams them)."""
+    from the thread that stored it (harness/cli/batch.py streams them). The run stops within seconds
+    when `stop` is set (from another thread) or this thread is interrupted (Ctrl-C, or SIGTERM made
+    one): the steps in flight killed, no pair started, nothing recorded of the pairs it cut short
+    (what was recorded stays: --resume goes on); an interrupt is raised again, a `stop` raises
+    RunStopped."""
     files = checkout_files(pairs, cfg)
     before = digest(files)
     results = _evaluate(pairs, cfg, run_id=run_id, resume=resume, out=out, lanes=lanes, width=width,
-                        yardsticks=yardsticks, on_result=on_result or (lambda result: None))
+                        yardsticks=yardsticks, on_result=on_result or (lambda result: None), stop=stop)
     changed = [name for name, sha in digest(files).items() if sha != before[name]]
     if changed:
         shown = [str(Path(c).relative_to(REPO_ROOT)) if Path(c).is_relative_to(REPO_ROOT) else c for c in changed]
@@ -241,7 +246,8 @@ def evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool = Fals
 
 def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out: Callable[[str], None],
               lanes: Lanes | None, width: int | None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
-              on_result: Callable[[EvalResult], None]) -> list[EvalResult]:
+              on_result: Callable[[EvalResult], None], stop: threading.Event | None) -> list[EvalResult]:
+    allow_steps()
     cache_dir = cache_dir_of(cfg)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # who sandboxed processes run as, and what the host lacks: `required` stops here (SandboxError)
@@ -271,15 +277,55 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
             return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks,
-                        on_result)
+                        on_result, stop or threading.Event())
     finally:
         lanes.close()
+
+
+class RunStopped(Exception):
+    """evaluate's `stop` was set: the run ended early (what it recorded is stored)."""
+
+
+class Halting:
+    """The part of a run that can be stopped: its build pool and its lanes' threads. On leaving
+    it by an exception (an interrupt in this thread) or once `stopping` is set (by evaluate's
+    caller, from another thread), the run halts: no pair recorded or started after that, the
+    steps in flight and the lanes killed, the pool's queue dropped."""
+
+    def __init__(self, stopping: threading.Event, pool: ThreadPoolExecutor, lanes: list[LaneProc]):
+        self.stopping, self.pool, self.lanes, self.done = stopping, pool, lanes, threading.Event()
+
+    def __enter__(self) -> ThreadPoolExecutor:
+        threading.Thread(target=self._watch, daemon=True, name="halting").start()
+        return self.pool
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.2):
+            if self.stopping.is_set():
+                self.halt()
+                return
+
+    def halt(self) -> None:
+        self.stopping.set()
+        stop_steps()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for lane in self.lanes:
+            lane.kill()
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.done.set()
+        stopped = self.stopping.is_set()  # by the caller (not by leaving this on an exception)
+        if kind is not None or stopped:
+            self.halt()
+        self.pool.shutdown(wait=True)
+        if stopped and (kind is None or not issubclass(kind, KeyboardInterrupt)):
+            raise RunStopped("the run was stopped") from exc
 
 
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
          info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
          width: int | None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
-         on_result: Callable[[EvalResult], None]) -> list[EvalResult]:
+         on_result: Callable[[EvalResult], None], stopping: threading.Event) -> list[EvalResult]:
     device = info["device"]
     lanes = fleet.all
     unchanged = unchanged_since(pairs, yardsticks, cfg, device)
@@ -326,6 +372,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     progress = Progress(out, len(pending), len(to_build), width=width)
 
     def record(result: EvalResult) -> None:
+        if stopping.is_set():  # a pair the stop cut short: nothing of it is recorded
+            return
         start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
         json.dumps(result.to_dict(), indent=1, default=str)
         result = with_store_time(result, time.monotonic() - start)
@@ -424,6 +472,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             try:
                 result = EvalResult.from_dict(lane.run(job, backstop))
             except LaneDied as exc:
+                if stopping.is_set():
+                    return
                 progress.line(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
                 if run.attempts < 2:
                     schedule.put(run)
@@ -443,10 +493,10 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))) as pool:
+    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))), lanes) as pool:
         list(pool.map(build, leaders))
-    for thread in threads:
-        thread.join()
+        for thread in threads:
+            thread.join()
     leftover = schedule.left
     for run in leftover:  # every lane died for good
         record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
