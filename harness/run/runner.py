@@ -282,6 +282,42 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         lanes.close()
 
 
+def announce(out: Callable[[str], None], cfg: Config, info: dict[str, Any], lanes: int, jobs: int,
+             runs: list[PairRun], to_build: int, off_device: dict[int, str]) -> None:
+    """The run's first line: its pairs, where, its lanes and its builds (and a CPU run's warning
+    for problems sized for a GPU)."""
+    device = info["device"]
+    gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
+    precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
+    other = f", {len(off_device)} written for another device (DEVICES)" if off_device else ""
+    out(f"{len(runs)} pair(s){precision} on {device}{gpu}: {lanes} lane(s); {to_build} to build with "
+        f"{max(1, min(jobs, to_build or 1))} worker(s), {len(runs) - to_build - len(off_device)} already built{other}")
+    heavy = sized_for_a_gpu([run.pair for run in runs if id(run) not in off_device]) if device == "cpu" else ""
+    if heavy:
+        out(heavy)
+
+
+def pair_yardsticks(runs: list[PairRun], yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
+                    unchanged: dict, same_rounds: bool) -> None:
+    """The CI gate's --baseline-rev: each pair's yardstick (the same solution then) timed in its
+    rounds, or, where then's sources are now's, the pair marked unchanged since then."""
+    by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
+    for now_key, then_key in (yardsticks or {}).items():
+        if now_key in by_key and then_key in by_key and same_rounds:
+            by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
+        elif now_key in by_key and now_key in unchanged:
+            by_key[now_key].unchanged_since = unchanged[now_key][1]
+
+
+def keep_lane_logs(store: Store, lanes: list[LaneProc]) -> None:
+    """The lanes' own logs into the run's folder (each pair's worker log tail is in its result)."""
+    logs = store.dir / "logs"
+    for lane in lanes:
+        for log in sorted(lane.work_dir.glob("lane-*.log")):
+            logs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
+
+
 class RunStopped(Exception):
     """evaluate's `stop` was set: the run ended early (what it recorded is stored)."""
 
@@ -360,15 +396,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
                                         present=fleet.built) for run in runs if id(run) not in off_device}
     to_build = [run for run in runs if id(run) not in off_device and manifests[id(run)] is None]
     if pending:
-        workers = max(1, min(jobs, len(to_build) or 1))
-        gpu = f" ({info.get('gpu_name')})" if device == "cuda" else ""
-        precision = f" in {cfg.precision}" if cfg.precision != "fp32" else ""
-        other = f", {len(off_device)} written for another device (DEVICES)" if off_device else ""
-        out(f"{len(pending)} pair(s){precision} on {device}{gpu}: {len(lanes)} lane(s); {len(to_build)} to build with "
-            f"{workers} worker(s), {len(pending) - len(to_build) - len(off_device)} already built{other}")
-        heavy = sized_for_a_gpu([run.pair for run in runs if id(run) not in off_device]) if device == "cpu" else ""
-        if heavy:
-            out(heavy)
+        announce(out, cfg, info, len(lanes), jobs, runs, len(to_build), off_device)
     progress = Progress(out, len(pending), len(to_build), width=width)
 
     def record(result: EvalResult) -> None:
@@ -383,12 +411,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
             progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
         on_result(result)
 
-    by_key = {(run.pair.problem.id, run.pair.solution.name): run for run in runs}
-    for now_key, then_key in (yardsticks or {}).items():
-        if now_key in by_key and then_key in by_key and gate_in_same_rounds(cfg, device):
-            by_key[now_key].yardstick, by_key[then_key].timed = by_key[then_key], False
-        elif now_key in by_key and now_key in unchanged:
-            by_key[now_key].unchanged_since = unchanged[now_key][1]
+    pair_yardsticks(runs, yardsticks, unchanged, gate_in_same_rounds(cfg, device))
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:
@@ -504,9 +527,5 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     progress.close()
     results = [done[k] for k in sorted(done)]
     store.write_manifest({"summary": summary(results), "lanes_seen": [fleet.describe(lane) for lane in lanes]})
-    logs = store.dir / "logs"  # the lanes' own logs (each pair's worker log tail is in its result)
-    for lane in lanes:
-        for log in sorted(lane.work_dir.glob("lane-*.log")):
-            logs.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
+    keep_lane_logs(store, lanes)
     return results
