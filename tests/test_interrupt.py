@@ -111,3 +111,7 @@ def test_a_batch_whose_stop_is_set_from_another_thread_raises_run_stopped_at_onc
     timer.cancel()
     assert time.monotonic() - start < 25
     assert load_run(tmp_path / "results" / "stopped") == []
+    # the stop ended with its run: this process's later steps start (CI: test_isolation after this)
+    from harness.isolate.isolation import run_module
+    outcome = run_module("tests.fixtures.child", {"action": "exit3"}, tmp_path / "after", limit_s=60)
+    assert outcome.returncode == 3, outcome.log_tail

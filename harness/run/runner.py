@@ -354,6 +354,8 @@ class Halting:
         if kind is not None or stopped:
             self.halt()
         self.pool.shutdown(wait=True)
+        if self.stopping.is_set():
+            allow_steps()  # every step of this run is over: the process's later steps may start
         if stopped and (kind is None or not issubclass(kind, KeyboardInterrupt)):
             raise RunStopped("the run was stopped") from exc
 
