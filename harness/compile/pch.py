@@ -62,11 +62,6 @@ def eligible(params: dict[str, Any]) -> bool:
             and all(isinstance(f, str) and (not f or SAFE.fullmatch(f)) for f in flags))
 
 
-def folder_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> str | None:
-    """The folder to put on the recipe's C++ include path, or None: `header_for`'s folder."""
-    return header_for(root, params, env)[0]
-
-
 def header_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> tuple[str | None, str]:
     """(the folder to put on the recipe's C++ include path or None, why: "read", "not eligible",
     "asked once so far", "being made", "failed: ..."). Memoized per flag set for the process's
