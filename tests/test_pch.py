@@ -97,3 +97,46 @@ def test_a_header_that_could_not_be_made_says_why_in_the_build_record(tmp_path, 
     params = {"cpp_sources": "int f();", "extra_cflags": ["-DKB_PCH_FAILS=1"]}
     assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")
     assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")  # memoized
+
+
+def test_the_helper_is_not_reaped_as_a_stray(tmp_path):
+    """The runner, a child subreaper while it runs sandboxed steps, kills every child it did not
+    start through isolation.popen after each step. The helper is the runner's own: on the H200
+    every helper was killed so (the records said `the helper exited -9`, or an empty answer where
+    the reaper took its exit status first), and no main.cpp read a header."""
+    import threading
+    from harness.isolate import isolation
+    answers = []
+    with isolation.reaping(True):
+        asker = threading.Thread(target=lambda: answers.append(
+            pch._helper({"root": str(tmp_path / "pch"), "with_cuda": False, "extra_cflags": []}, {}, "ask")))
+        asker.start()
+        reaped = 0
+        while asker.is_alive():
+            reaped += isolation.reap_strays()
+            asker.join(timeout=0.05)
+    assert answers == [{"why": "first"}]
+    assert reaped == 0
+
+
+def test_a_header_the_build_uid_cannot_reach_is_not_put_on_its_path(tmp_path):
+    """A root harness whose build cache sits under a 0700 home: the step's uid cannot pass it, and
+    main.cpp's `-I` would fail its compile (Permission denied: 79 correct solutions' build_error in
+    the H200 corpus run with build.pch: on). The header is left out there, and the record says why."""
+    from harness.compile.recipes import reachable_header
+    home = tmp_path / "home"
+    folder = home / "cache" / "pch" / "k"
+    (folder / pch.GCH).parent.mkdir(parents=True)
+    (folder / pch.GCH).write_bytes(b"")
+    for path in (tmp_path, home / "cache", home / "cache" / "pch", folder, folder / "torch"):
+        path.chmod(0o755)
+    home.chmod(0o700)
+    policy = {"uid": 12345, "readable": [str(folder.resolve()), "/elsewhere"]}
+    header, why = reachable_header(str(folder), "read", policy)
+    assert header is None and why.startswith(f"not reachable by the build's uid: {home} is closed to others (mode 700)")
+    assert policy["readable"] == ["/elsewhere"]
+    assert reachable_header(str(folder), "read", {"uid": None, "readable": []}) == (str(folder), "read")  # same identity
+    home.chmod(0o711)
+    policy = {"uid": 12345, "readable": [str(folder.resolve())]}
+    assert reachable_header(str(folder), "read", policy) == (str(folder), "read")
+    assert policy["readable"] == [str(folder.resolve())]

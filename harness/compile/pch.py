@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..isolate.isolation import popen
+
 GCH = Path("torch") / "extension.h.gch"
 KEEP = 4
 # flags that change how the header is compiled but name no file and run no program
@@ -110,10 +112,12 @@ def _failure(answer: dict[str, Any]) -> str:
 
 def _helper(request: dict[str, Any], env: dict[str, str], what: str) -> dict[str, Any]:
     """`python -m harness.compile.pch` (the trusted side's helper, which imports torch) asked to
-    `what` (ask | make); {"why": "failed"} where it fails or runs past 900 s."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness.compile.pch", json.dumps({**request, "what": what})],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
-                            cwd=Path(__file__).resolve().parents[2])
+    `what` (ask | make); {"why": "failed"} where it fails or runs past 900 s. Started through
+    isolation.popen, as this process's own child: the runner reaps every other child as an orphan
+    of a sandboxed step (on the H200 that killed every helper, and no main.cpp read a header)."""
+    proc = popen([sys.executable, "-m", "harness.compile.pch", json.dumps({**request, "what": what})],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+                 cwd=Path(__file__).resolve().parents[2])
     with _lock:
         _helpers.add(proc)
     try:

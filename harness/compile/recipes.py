@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ..isolate import sandbox
 from .build import LOG_NAME, folder_of
 from .failures import failure
-from .pch import header_for
+from .pch import GCH, header_for
 from ..isolate.isolation import run_module
 from ..core.results import Status
 
@@ -89,6 +89,22 @@ class Compiled:
     sandbox: dict[str, Any] = field(default_factory=dict)
 
 
+def reachable_header(pch: str | None, why: str, policy: dict[str, Any]) -> tuple[str | None, str]:
+    """The precompiled header's folder where the build step's identity can reach it; else none, and
+    why. It lives in the build cache, whose way may be closed to the step's uid (a root harness with
+    the cache under a 0700 /root): main.cpp's compile would fail on its -I (Permission denied), a
+    correct solution's build_error (the H200 corpus run with build.pch: on). `policy` loses it."""
+    if not pch or policy.get("uid") is None:
+        return pch, why
+    closed = sandbox.first_closed(Path(pch) / GCH)
+    if closed is None:
+        return pch, why
+    policy["readable"] = [p for p in policy["readable"] if p != str(Path(pch).resolve())]
+    folder, mode = closed
+    return None, (f"not reachable by the build's uid: {folder} is closed to others (mode {mode:o}); "
+                  f"`chmod o+x {folder}` or a build.cache_dir others may pass lets it be read")
+
+
 @dataclass
 class Compiler:
     """What a compile step needs from its run (plain data: it crosses to Ray's build tasks)."""
@@ -118,6 +134,7 @@ class Compiler:
         policy = None
         if self.plan["mode"] != "off":
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
+            pch, pch_why = reachable_header(pch, pch_why, policy)
         request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch,
                    "pch": pch}
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
