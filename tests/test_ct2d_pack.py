@@ -49,6 +49,48 @@ def test_phase_fragments_hold_each_lanes_mma_a_fragment(groups):
     assert float(hi_lo.abs().sum()) == pytest.approx(float(w.abs().sum()), rel=1e-6)
 
 
+@pytest.mark.parametrize("cin_g", [11, 16, 24])
+def test_phase_bf16_gather_makes_each_lanes_m16n8k16_a_fragment(cin_g):
+    """fast/phase.cuh, TC = 2 (a bf16 x): the kernel gathers lane (g, t)'s four m16n8k16 words from
+    the TF32 hi units, word j = (A[g + 8 (j % 2)][k], A[..][k + 1]), k = 2t + 8 (j / 2), the lower k
+    in the low half, A[m][k] = w[ci = 16 ks + k, co = 16 cb + m]. The kernel's index arithmetic,
+    transcribed, against that definition (an input-channel half past the packed units reads 0)."""
+    groups, cout_g, kh, kw = 2, 19, 2, 3
+    w = weights(cin_g * groups, cout_g, kh, kw).bfloat16().float()   # a bf16 run's weights
+    f = pk.phase_fragments(w, groups)
+    wp = f.reshape(-1)                  # the kernel's wp: units of 256, hi then lo
+    cbg, k8_n, ks_n = (cout_g + 15) // 16, (cin_g + 7) // 8, (cin_g + 15) // 16
+    a = torch.zeros(groups, cbg * 16, kh, kw, ks_n * 16)
+    a[:, :cout_g, :, :, :cin_g] = w.reshape(groups, cin_g, cout_g, kh, kw).permute(0, 2, 3, 4, 1)
+    for grp in range(groups):
+        for cb in range(cbg):
+            for y in range(kh):
+                for x in range(kw):
+                    for ks in range(ks_n):
+                        for lane in range(32):
+                            g, t = lane >> 2, lane & 3
+                            for j in range(4):
+                                k8 = 2 * ks + (j >> 1)
+                                v = [0.0, 0.0]
+                                if k8 < k8_n:
+                                    base = ((((grp * cbg + cb) * kh + y) * kw * k8_n + x * k8_n + k8) * 256
+                                            + (j & 1) + 2 * (t >= 2))
+                                    v = [float(wp[base + (4 * g + ((2 * t + d) & 3)) * 4]) for d in (0, 1)]
+                                m, k = g + 8 * (j & 1), 16 * ks + 2 * t + 8 * (j >> 1)
+                                assert v == [float(a[grp, 16 * cb + m, y, x, k + d]) for d in (0, 1)]
+
+
+@pytest.mark.parametrize("cin_g", [1, 8, 16, 40, 64])
+def test_phase_bf16_staging_row_stride_keeps_b_fragment_reads_conflict_free(cin_g):
+    """TC = 2 stages x as bf16 channel pairs, s.cips words a column (launch_phase: 4 mod 8): lane
+    (g, t) reads words (pixel g) cips + t and + 4; each read of the warp's 32 lanes hits 32 banks."""
+    cip = (cin_g + 15) // 16 * 16
+    cips = cip // 2 + (12 - (cip // 2) % 8) % 8
+    assert cips % 8 == 4 and cips >= cip // 2
+    for extra in (0, 4):
+        assert len({(g * cips + t + extra) % 32 for g in range(8) for t in range(4)}) == 32
+
+
 def test_mma_weights_put_eight_input_channels_innermost():
     w = weights(13, 40, 3, 5)
     padded = pk.gemm_padded(w)

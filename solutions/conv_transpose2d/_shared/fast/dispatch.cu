@@ -147,7 +147,9 @@ bool run_phase_tc(Call& c) {
     c.epi_fused = true;
     return launch_phase<4, 16, 1, 3, float, true>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan, c.epi);
   }
-  if (c.bf16()) return launch_phase<4, 16, 1, 3, __nv_bfloat16>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan);
+  if (c.bf16())  // config 9: the bf16 MMA (issue 77, until measured), else TF32 on the widened x
+    return c.config == 9 ? launch_phase<4, 16, 2, 3, __nv_bfloat16>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan)
+                         : launch_phase<4, 16, 1, 3, __nv_bfloat16>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan);
   auto launch = [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     return c.config == 7   ? launch_phase<4, 16, TC, 2>(c.x, c.wt, c.b, c.y, s, c.stream, c.plan)
@@ -208,7 +210,8 @@ torch::Tensor execute(Call& c) {
     return c.y;
   }
   c.stream = c10::cuda::getCurrentCUDAStream();
-  const bool bf16_ok = !c.bf16() || (c.split == 1 && c.config == 0);
+  // a bf16 call takes the bf16 rows with config 0, and row 6's bf16 MMA with config 9 off stride 1
+  const bool bf16_ok = !c.bf16() || (c.split == 1 && (c.config == 0 || (c.config == 9 && !c.stride1_one_group())));
   for (const Route& r : kRoutes) {
     if ((c.bf16() && !(r.bf16 && bf16_ok)) || (c.out_fp16 && !r.fp16_out) || !r.applies(c)) continue;
     c.epi_fused = false;

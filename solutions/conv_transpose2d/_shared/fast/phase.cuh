@@ -12,8 +12,9 @@
 //    thread, and writes every output element once, coalesced, with streaming stores: these
 //    problems are bound by writing the output. The products run on the tensor cores (TC variant,
 //    three blocks per SM where they fit; config 7: two, 8: four) as TF32 mma.sync for SPLIT = 1
-//    (TF32 class) or 3xTF32 for SPLIT = 3 (fp32 class), else as exact fp32 FMAs on the CUDA cores
-//    (config 1..3 force that variant's tilings).
+//    (TF32 class) or 3xTF32 for SPLIT = 3 (fp32 class), or for a bf16 x as bf16 mma.sync (config 9,
+//    not yet the rule's: issue 77), else as exact fp32 FMAs on the CUDA cores (config 1..3 force
+//    that variant's tilings).
 #pragma once
 
 #include "common.cuh"
@@ -37,10 +38,20 @@ struct PhaseShape {
 // Shared-memory floats of the phase kernel's weights (for khn valid kh; TC: hi and lo parts) and of
 // its staged input rows, each rounded up to 16 bytes; the host sizes the allocation with them.
 __host__ __device__ __forceinline__ int phase_w_floats(const PhaseShape& s, int khn, int tc) {
-  return (s.cot * khn * s.KW * s.cip * (tc == 3 ? 2 : 1) + 3) & ~3;
+  return (s.cot * khn * s.KW * s.cip * (tc == 3 ? 2 : 1) / (tc == 2 ? 2 : 1) + 3) & ~3;  // TC 2: bf16 pairs
 }
 __host__ __device__ __forceinline__ int phase_xs_floats(const PhaseShape& s) {
   return (s.khn_max * s.ncol * s.cips + 3) & ~3;
+}
+
+// bf16 products, fp32 accumulation: a 16 x 16 A fragment (four words a lane, each two bf16, the
+// lower-indexed k in the low half) times a 16 x 8 B fragment (two words), into the same C fragment
+// as mma_tf32's.
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
@@ -67,6 +78,12 @@ __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) 
 // the B fragment from the staged input and the MMAs: TC = 3 splits it in registers and runs
 // a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, TC = 1 passes its raw bits to one MMA. Weights arrive as
 // wt[group][co / 16][kh][kw][ci / 8][hi, lo][lane][4]; input channels are padded to 8.
+// TC = 2 (a bf16 x, config 9): bf16 mma.sync m16n8k16, fp32 accumulation. x is staged as it is, bf16
+// channel pairs in 32-bit words (s.cips words a column, 4 mod 8, so lane (g, t)'s B words, channels
+// 2t, 2t + 1 and 2t + 8, 2t + 9 of pixel g, fall in 32 different banks); input channels are padded
+// to 16; the weights are gathered from the same packed TF32 hi part (exact for bf16 weights) into
+// the m16n8k16 A-fragment order, units (cb, kh_a, kw, ci / 16) of 128 words. One MMA does the work
+// of two TF32 ones on operands of half the bytes; the C fragment and the tile are TF32's.
 // MINB: blocks per SM the registers are limited for (the host sizes the shared memory to match).
 // T: the element type of x and y, float, or __nv_bfloat16 for bf16 runs (x widened to fp32 as it
 // is staged, with plain loads where fp32 uses cp.async; the fp32 result rounded once as it is
@@ -77,10 +94,12 @@ template <int P, int CT, int TC, int MINB, class T, class EPI>
 __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float* __restrict__ wp,
                                            const float* __restrict__ bias, T* __restrict__ y, const PhaseShape& s,
                                            const EPI& epi) {
-  static_assert(TC == 0 || TC == 1 || TC == 3, "TC: 0 (CUDA cores), 1 (TF32) or 3 (3xTF32)");
+  static_assert(TC >= 0 && TC <= 3, "TC: 0 (CUDA cores), 1 (TF32), 2 (bf16) or 3 (3xTF32)");
   static_assert(!TC || CT == 16, "the tensor-core variant takes 16 channels per warp task");
+  static_assert(TC != 2 || std::is_same<T, __nv_bfloat16>::value, "the bf16 MMA takes a bf16 x");
   constexpr int PXB = TC ? 8 * P : 32 * P;  // pixels per warp task
-  constexpr int WU = TC == 3 ? 256 : 128;   // staged weight floats per (cb, kh_a, kw, ci / 8): hi (+ lo)
+  constexpr int WU = TC == 3 ? 256 : 128;   // staged weight words per (cb, kh_a, kw, ci / KC): hi (+ lo)
+  constexpr int KC = TC == 2 ? 16 : 8;      // input channels per MMA step
   extern __shared__ __align__(16) float phase_smem[];
   __shared__ int kh_sel[kMaxTaps], ih_first[kMaxTaps];  // valid kh; input row of each for the first row
   // per column phase rw: its valid kw are kw_sel[kw_first[rw] + q], q < kw_count[rw] (each kw is
@@ -199,6 +218,11 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
           const bool ok = in && ci + k < s.cin_g;
           cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
         }
+      } else if constexpr (TC == 2) {  // bf16 as it is: four loads, two channel pairs, one 8-byte store
+        uint32_t h[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) h[k] = in && ci + k < s.cin_g ? __bfloat16_as_ushort(src[k * plane_in]) : 0u;
+        *reinterpret_cast<uint2*>(xs + (a * s.ncol + col) * s.cips + ci / 2) = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
       } else {  // bf16: four loads, widened, one 16-byte shared store (visible after the next barrier)
         float v[4];
 #pragma unroll
@@ -219,13 +243,37 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
   __syncthreads();  // tap tables
   stage(0);
   if constexpr (TC) {
-    const int ks_n = s.cip / 8, nsteps = s.KW * khn * ks_n;  // each kw is in exactly one phase
+    const int ks_n = s.cip / KC, nsteps = s.KW * khn * ks_n;  // each kw is in exactly one phase
     for (int e = tid; e < nsteps; e += PHASE_THREADS) {
       const int ks = e % ks_n, a = (e / ks_n) % khn, ee = e / (ks_n * khn);
       steps[e] = make_int2((a * s.ncol + kw_d[ee]) * s.cips + 8 * ks, ((a * s.KW + kw_sel[ee]) * ks_n + ks) * WU);
     }
   }
-  if constexpr (TC) {  // fragment-ordered weights of the valid taps: units (cb, kh_a, kw, ci / 8) of hi (+ lo)
+  if constexpr (TC == 2) {  // units (cb, kh_a, kw, ci / 16): lane (g, t)'s four A words from the TF32 hi units
+    // (ci / 8 = 2 (ci / 16) + h): word j holds rows g + 8 (j & 1), k 2t and 2t + 1 of half h = j >> 1,
+    // which the TF32 fragment holds at lane 4 g + (2t & 3), register (j & 1) + 2 (t >= 2), and the next lane
+    const int ks_n = s.cip / 16, k8_n = (s.cin_g + 7) / 8, nunit = ncb * khn * s.KW * ks_n;
+    const int g = lane >> 2, t = lane & 3;
+    for (int o = warp; o < nunit; o += PHASE_THREADS / 32) {
+      const int ks = o % ks_n, kw = (o / ks_n) % s.KW, a = (o / (ks_n * s.KW)) % khn, cb = o / (ks_n * s.KW * khn);
+      const int cbg = cog0 / 16 + cb;
+      uint32_t wv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int k8 = 2 * ks + (j >> 1);
+        float v0 = 0.f, v1 = 0.f;
+        if (cbg < s.cbg && k8 < k8_n) {
+          const float* src = wp + ((((int64_t)grp * s.cbg + cbg) * s.KH + kh_sel[a]) * s.KW * k8_n + kw * k8_n + k8) * 256 +
+                             (j & 1) + 2 * (t >= 2);
+          v0 = __ldg(src + (4 * g + ((2 * t) & 3)) * 4);
+          v1 = __ldg(src + (4 * g + ((2 * t + 1) & 3)) * 4);
+        }
+        wv[j] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v0)) |
+                (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v1)) << 16;
+      }
+      *reinterpret_cast<uint4*>(wsm + o * WU + lane * 4) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+    }
+  } else if constexpr (TC) {  // fragment-ordered weights of the valid taps: units (cb, kh_a, kw, ci / 8) of hi (+ lo)
     const int ks_n = s.cip / 8, nunit = ncb * khn * s.KW * ks_n;
     for (int o = warp; o < nunit; o += PHASE_THREADS / 32) {
       const int ks = o % ks_n, kw = (o / ks_n) % s.KW, a = (o / (ks_n * s.KW)) % khn, cb = o / (ks_n * s.KW * khn);
@@ -269,7 +317,7 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
         for (int p = 0; p < P; ++p)
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[p][r] = 0.f;
-        const int ks_n = s.cip / 8, nst = kw_count[rw] * khn * ks_n;
+        const int ks_n = s.cip / KC, nst = kw_count[rw] * khn * ks_n;
         const int2* stp = steps + kw_first[rw] * khn * ks_n;
         const float* xb = xs + (j0 + g) * s.cips + t;
         const float* wb = wsm + cb * khn * s.KW * ks_n * WU + lane * 4;
@@ -278,6 +326,16 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
           const int2 o = stp[st];
           const float* xp = xb + o.x;
           const float4 h4 = *reinterpret_cast<const float4*>(wb + o.y);
+          if constexpr (TC == 2) {  // bf16: words of channel pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of pixel g
+            const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
+                                    __float_as_uint(h4.w)};
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+              const uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+              mma_bf16(acc[p], ah, bh);
+            }
+            continue;
+          }
           if constexpr (TC == 1) {  // TF32: rounded weights, the input's raw bits (the MMA truncates them),
             // or the input rounded to nearest where the epilogue asks (EPI::kRoundX)
             const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
@@ -392,7 +450,7 @@ __global__ void __launch_bounds__(PHASE_THREADS, MINB)
 // Shared memory of the phase kernel for a configuration, in bytes.
 size_t phase_smem_bytes(const PhaseShape& s) {
   const size_t w = phase_w_floats(s, s.khn_max, s.tc), xs = phase_xs_floats(s);
-  const size_t steps = s.tc ? (size_t)s.KW * s.khn_max * (s.cip / 8) * 2 : 0;  // int2 per MMA step
+  const size_t steps = s.tc ? (size_t)s.KW * s.khn_max * (s.cip / (s.tc == 2 ? 16 : 8)) * 2 : 0;  // int2 per MMA step
   return (w + xs + (size_t)s.cot * s.ysw + steps) * sizeof(float);
 }
 
@@ -421,8 +479,10 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   TORCH_CHECK(FUSE || epi.kind == kEpiNone, "phase kernel: this instance has no fused epilogue");
   constexpr int PXB = TC ? 8 * P : 32 * P;
   s.tc = TC;
-  s.cip = TC ? (s.cin_g + 7) / 8 * 8 : (s.cin_g + 3) / 4 * 4;  // the MMA's K is 8, the FMA loop's 4
-  s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
+  static_assert(TC != 2 || std::is_same<T, __nv_bfloat16>::value, "the bf16 MMA takes a bf16 x");
+  s.cip = TC == 2 ? (s.cin_g + 15) / 16 * 16 : TC ? (s.cin_g + 7) / 8 * 8 : (s.cin_g + 3) / 4 * 4;  // the MMA's K: 16, 8; FMAs: 4
+  if (TC == 2) s.cips = s.cip / 2 + (12 - (s.cip / 2) % 8) % 8;  // words of channel pairs a column, 4 mod 8
+  else s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
   s.cbg = (s.cout_g + 15) / 16;
   // channel tile: up to 32 channels, balanced over the tiles of a group
   s.tiles_c = (s.cout_g + 31) / 32;
@@ -462,7 +522,8 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
                     "phase.cuh",
                     strf("%s; block: %d output rows (%d apart) x %d columns x %d channels, %d blocks per SM targeted; "
                          "grid %d x %d x %d%s%s%s",
-                         TC == 1 ? "TF32 mma.sync" : TC == 3 ? "3xTF32 mma.sync" : "fp32 FMAs on the CUDA cores",
+                         TC == 1 ? "TF32 mma.sync" : TC == 2 ? "bf16 mma.sync (m16n8k16)" : TC == 3 ? "3xTF32 mma.sync"
+                                                                                           : "fp32 FMAs on the CUDA cores",
                          s.rows, s.sh, s.seg, s.cot, MINB, (int)((s.Wout + s.seg - 1) / s.seg), (int)gy, (int)gz,
                          epi.kind == kEpiNone ? "" : "; epilogue ", epi.kind == kEpiNone ? "" : fused_epilogue_name(epi.kind),
                          epi.kind == kEpiNone ? "" : " in the store"));
