@@ -235,6 +235,40 @@ def test_bench_ray_builds_recipes_differ_so_that_each_builds(tmp_path):
     assert "+ 0.0f * 2.0f" in texts[2] and "ModelNew" in texts[0]
 
 
+def test_corpus_verdicts_judges_only_what_a_run_judged(tmp_path, monkeypatch):
+    """`judge --judged-in RUN`: the earlier tree judges the pairs a stopped batch judged (on the
+    H200, a results file's `solution` is a record, not a name: the script that read it wrongly
+    judged nothing)."""
+    from tools import corpus_verdicts
+    import harness.run.runner as runner
+
+    from test_results import make_result
+    base = make_result().to_dict()
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    lines = []
+    for name in ("a_sol", "b_sol"):
+        (problems / "1_Add.py").write_text("")
+        (tmp_path / f"{name}.py").write_text("")
+        lines.append(json.dumps({"problem": str(problems / "1_Add.py"), "file": str(tmp_path / f"{name}.py")}))
+    subs = tmp_path / "subs.jsonl"
+    subs.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    (run / "1_Add-b_sol.json").write_text(json.dumps({**base, "problem": {**base["problem"], "id": "1_Add"},
+                                                       "solution": {**base["solution"], "name": "b_sol"}}))
+    judged = []
+    monkeypatch.setattr(runner, "evaluate", lambda pairs, cfg, run_id: judged.extend(pairs) or [])
+    root = str(REPO_ROOT)
+    argv = ["judge", str(subs), "--tree", root, "--results-dir", str(tmp_path / "out"), "--run-id", "x"]
+    assert corpus_verdicts.main(argv + ["--judged-in", str(run)]) == 0
+    assert [(p.problem.id, p.solution.name) for p in judged] == [("1_Add", "b_sol")]
+    judged.clear()
+    assert corpus_verdicts.main(argv) == 0 and len(judged) == 2
+    assert corpus_verdicts.main(argv + ["--judged-in", str(tmp_path / "none")]) == 2
+
+
 def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):
     from tools import corpus_verdicts
 

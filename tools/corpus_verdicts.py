@@ -3,7 +3,7 @@ against the same corpus judged by an earlier one), and the way to judge a batch 
 that has no batch command.
 
     python tools/corpus_verdicts.py compare RUN_DIR_A RUN_DIR_B [--md]
-    python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID
+    python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID [--judged-in RUN_DIR]
     python tools/corpus_verdicts.py phases RUN_DIR [RUN_DIR ...]
 
 `compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
@@ -11,7 +11,9 @@ pairs both have, how many agree on the status, every pair whose status differs w
 and the pairs only one run has. `judge` imports the harness of the tree at DIR (a checkout of an
 earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate` over the file
 submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
-that tree's default config; the solutions' names are their files' names, as in the batch command.
+that tree's default config; the solutions' names are their files' names, as in the batch command;
+`--judged-in RUN_DIR`: only the pairs that run holds (the earlier tree judges what a batch stopped
+at its deadline judged, over the same build cache).
 `phases` says what a run (or a run resumed over several calls: give each call's run folder, or the
 one folder and `--walls` of the calls) cost: solutions an hour over the calls' wall time, each
 recipe's build wall and CPU seconds (those built, not found cached; how many read a precompiled
@@ -89,7 +91,18 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
     return lines
 
 
-def judge(submissions: Path, tree: Path, results_dir: str, run_id: str) -> int:
+def judged_keys(run: Path) -> set[str]:
+    """`<problem id>/<solution name>` of each result in a run folder, its JSON read as it is (judge
+    takes it before importing the other tree's harness)."""
+    keys = set()
+    for path in Path(run).glob("*.json"):
+        if path.name != "run.json":
+            result = json.loads(path.read_text())
+            keys.add(f"{result['problem']['id']}/{result['solution']['name']}")
+    return keys
+
+
+def judge(submissions: Path, tree: Path, results_dir: str, run_id: str, only: set[str] | None = None) -> int:
     sys.path.insert(0, str(tree.resolve()))
     from harness.core.config import load_config, with_overrides
     from harness.core.problems import problem_from_path
@@ -104,7 +117,9 @@ def judge(submissions: Path, tree: Path, results_dir: str, run_id: str) -> int:
             print(f"{submissions}:{n + 1}: judge takes file submissions only (a text: write it to a file)",
                   file=sys.stderr)
             return 2
-        pairs.append(Pair(problem_from_path(Path(item["problem"])), solution_from_path(Path(item["file"]))))
+        pair = Pair(problem_from_path(Path(item["problem"])), solution_from_path(Path(item["file"])))
+        if only is None or f"{pair.problem.id}/{pair.solution.name}" in only:
+            pairs.append(pair)
     cfg = with_overrides(load_config(None), {"results_dir": results_dir})
     results = evaluate(pairs, cfg, run_id=run_id)
     print(f"{len(results)} result(s) in {results_dir}/{run_id}")
@@ -122,13 +137,18 @@ def main(argv: list[str]) -> int:
     j.add_argument("--tree", required=True)
     j.add_argument("--results-dir", required=True)
     j.add_argument("--run-id", required=True)
+    j.add_argument("--judged-in", default="", help="only the pairs this run folder holds")
     p = sub.add_parser("phases")
     p.add_argument("runs", nargs="+")
     p.add_argument("--walls", default="", help="the calls' wall seconds, comma-separated")
     p.add_argument("--lanes", type=int, default=1)
     args = ap.parse_args(argv)
     if args.cmd == "judge":
-        return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id)
+        if args.judged_in and not Path(args.judged_in).is_dir():
+            print(f"corpus_verdicts: {args.judged_in}: no such results folder", file=sys.stderr)
+            return 2
+        only = judged_keys(Path(args.judged_in)) if args.judged_in else None
+        return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id, only)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from harness.core.errors import BadInput
     if args.cmd == "phases":
