@@ -96,13 +96,11 @@ def reachable_header(pch: str | None, why: str, policy: dict[str, Any]) -> tuple
     correct solution's build_error (the H200 corpus run with build.pch: on). `policy` loses it."""
     if not pch or policy.get("uid") is None:
         return pch, why
-    closed = sandbox.first_closed(Path(pch) / GCH)
-    if closed is None:
+    closed = sandbox.closed_folder(Path(pch) / GCH)
+    if not closed:
         return pch, why
     policy["readable"] = [p for p in policy["readable"] if p != str(Path(pch).resolve())]
-    folder, mode = closed
-    return None, (f"not reachable by the build's uid: {folder} is closed to others (mode {mode:o}); "
-                  f"`chmod o+x {folder}` or a build.cache_dir others may pass lets it be read")
+    return None, f"not reachable by the build's uid: {closed}"
 
 
 @dataclass

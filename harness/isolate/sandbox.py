@@ -163,9 +163,9 @@ _READ_CHECK = ("import os, sys\n"
                "print('\\n'.join(p for p in sys.argv[1:] if not os.access(p, os.R_OK | (os.X_OK if os.path.isdir(p) else 0))))")
 
 
-def first_closed(path: str | Path) -> tuple[Path, int] | None:
+def closed_folder(path: str | Path) -> str:
     """The first folder on the way to `path` (as given, and where its links lead) that others may not
-    pass (no x bit for others), and its mode; None where there is none."""
+    pass (no x bit for others), with what opens it, for a message; '' where there is none."""
     for target in dict.fromkeys([str(Path(path).absolute()), os.path.realpath(path)]):
         folder = Path("/")
         for part in Path(target).parts[1:-1]:
@@ -175,18 +175,9 @@ def first_closed(path: str | Path) -> tuple[Path, int] | None:
             except OSError:
                 break
             if not mode & stat.S_IXOTH:
-                return folder, stat.S_IMODE(mode)
-    return None
-
-
-def closed_folder(path: str | Path) -> str:
-    """first_closed, with what opens it, for a message; '' where there is none."""
-    closed = first_closed(path)
-    if closed is None:
-        return ""
-    folder, mode = closed
-    return (f"{folder} is closed to others (mode {mode:o}): `chmod o+x {folder}` lets "
-            f"them pass through it (not list it), or put Python and the checkout outside it")
+                return (f"{folder} is closed to others (mode {stat.S_IMODE(mode):o}): `chmod o+x {folder}` lets "
+                        f"them pass through it (not list it), or put Python and the checkout outside it")
+    return ""
 
 
 def can_run_as(uid: int, gid: int, paths: Iterable[str]) -> str:

@@ -326,23 +326,18 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
           const int2 o = stp[st];
           const float* xp = xb + o.x;
           const float4 h4 = *reinterpret_cast<const float4*>(wb + o.y);
-          if constexpr (TC == 2) {  // bf16: words of channel pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of pixel g
-            const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
-                                    __float_as_uint(h4.w)};
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-              const uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
-              mma_bf16(acc[p], ah, bh);
-            }
-            continue;
-          }
-          if constexpr (TC == 1) {  // TF32: rounded weights, the input's raw bits (the MMA truncates them),
-            // or the input rounded to nearest where the epilogue asks (EPI::kRoundX)
+          if constexpr (TC == 1 || TC == 2) {  // TF32: rounded weights, the input's raw bits (the MMA
+            // truncates them), or the input rounded to nearest where the epilogue asks (EPI::kRoundX);
+            // bf16: words of channel pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of pixel g, as they are
             const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
                                     __float_as_uint(h4.w)};
 #pragma unroll
             for (int p = 0; p < P; ++p) {
               uint32_t bh[2] = {__float_as_uint(xp[p * 8 * s.cips]), __float_as_uint(xp[p * 8 * s.cips + 4])};
+              if constexpr (TC == 2) {
+                mma_bf16(acc[p], ah, bh);
+                continue;
+              }
               if constexpr (EPI::kRoundX) {
                 bh[0] = to_tf32(__uint_as_float(bh[0]));
                 bh[1] = to_tf32(__uint_as_float(bh[1]));
@@ -479,7 +474,6 @@ bool launch_phase(const torch::Tensor& x, const torch::Tensor& wp, const float* 
   TORCH_CHECK(FUSE || epi.kind == kEpiNone, "phase kernel: this instance has no fused epilogue");
   constexpr int PXB = TC ? 8 * P : 32 * P;
   s.tc = TC;
-  static_assert(TC != 2 || std::is_same<T, __nv_bfloat16>::value, "the bf16 MMA takes a bf16 x");
   s.cip = TC == 2 ? (s.cin_g + 15) / 16 * 16 : TC ? (s.cin_g + 7) / 8 * 8 : (s.cin_g + 3) / 4 * 4;  // the MMA's K: 16, 8; FMAs: 4
   if (TC == 2) s.cips = s.cip / 2 + (12 - (s.cip / 2) % 8) % 8;  // words of channel pairs a column, 4 mod 8
   else s.cips = (s.cip / 4) % 2 ? s.cip : s.cip + 4;  // float4 rows an odd number of 16 B apart
