@@ -6,7 +6,7 @@ its rel L2 error against PyTorch with TF32 off is printed next to it.
     PYTHONPATH=. python tools/ab_variants.py 81,75 base other=path/to/fast 'x4=OLD@@NEW' [--configs 0,9]
         [--solution fast_fp32] [--dtype bfloat16]
 
-A variant is `base` (fast/ as it is), `NAME=DIR` (another copy of the fast/ folder, e.g. from
+A variant is `base` (fast/ as it is: the solutions' own build, not built again), `NAME=DIR` (another copy of the fast/ folder, e.g. from
 `git archive REV solutions/conv_transpose2d/_shared/fast | tar -x`), `NAME=FILE` (one source file
 built alone, e.g. the single fast.cu of a revision before the split) or `NAME=OLD@@NEW` (base with
 the exact string OLD replaced by NEW in the one file of fast/ that holds it). --configs: the
@@ -123,8 +123,8 @@ def main(argv):
     sources = dict(variant_source(s, base) for s in specs)
     flags = ["-O3", "-std=c++17"] + (["-gencode=arch=compute_90a,code=sm_90a", "-DCT2D_WGMMA"] if ct2d_fast.WGMMA else [])
 
-    def build(name):
-        return name, build_variant(name, sources[name], ct2d_fast, flags)
+    def build(name):  # base: the extension the solutions use, already built by the import above
+        return name, ct2d_fast._ext if sources[name] is base else build_variant(name, sources[name], ct2d_fast, flags)
 
     with ThreadPoolExecutor(len(sources)) as ex:
         exts = dict(ex.map(build, sources))
