@@ -47,6 +47,20 @@ __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// bf16 products, fp32 accumulation: a 16 x 16 A fragment (four words a lane, each two bf16, the
+// lower-indexed k in the low half) times a 16 x 8 B fragment (two words), into the same C fragment
+// as mma_tf32's (ct2d_phase's TC = 2, ct2d_mmh on a bf16 x).
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+
 __device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, uint32_t bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
@@ -233,8 +247,9 @@ int sm_count() {
 
 #if defined(CT2D_WGMMA)
 // TMA staging of x (sm_90a builds; ct2d_mmh's slots and ct2d_wgf's raw ring): x as a 4-D tensor
-// (W, H, C, N; fp32) whose box is [8 channels][rows][rowlen]; out-of-range rows, columns and
-// channels are zero-filled. Needs rows of a multiple of 16 bytes and x 16-byte aligned. The
+// (W, H, C, N; fp32, or bf16 for ct2d_mmh's bf16 MMAs) whose box is [8 channels][rows][rowlen];
+// out-of-range rows, columns and channels are zero-filled. Needs rows (of x and of the box) of a
+// multiple of 16 bytes and x 16-byte aligned. The
 // encoder is the driver's cuTensorMapEncodeTiled, looked up once through the runtime (no libcuda
 // link). Returns false where the map cannot be made (the cp.async staging then runs).
 bool x_tensor_map(CUtensorMap* map, const torch::Tensor& x, int64_t rowlen, int64_t rows) {
@@ -251,14 +266,17 @@ bool x_tensor_map(CUtensorMap* map, const torch::Tensor& x, int64_t rowlen, int6
     return reinterpret_cast<Encode>(fn);
   }();
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
-  if (!encode || Win % 4 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 || rowlen % 4 || rowlen > 256 ||
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const int64_t e = bf16 ? 2 : 4, per16 = 16 / e;  // bytes per element, elements per 16 bytes
+  if (!encode || Win % per16 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 || rowlen % per16 || rowlen > 256 ||
       rows > 256)
     return false;
   const cuuint64_t dims[4] = {(cuuint64_t)Win, (cuuint64_t)Hin, (cuuint64_t)Cin, (cuuint64_t)N};
-  const cuuint64_t strides[3] = {(cuuint64_t)Win * 4, (cuuint64_t)(Hin * Win * 4), (cuuint64_t)(Cin * Hin * Win * 4)};
+  const cuuint64_t strides[3] = {(cuuint64_t)(Win * e), (cuuint64_t)(Hin * Win * e), (cuuint64_t)(Cin * Hin * Win * e)};
   const cuuint32_t box[4] = {(cuuint32_t)rowlen, (cuuint32_t)rows, 8, 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, x.data_ptr(), dims, strides, box, estr,
+  return encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, x.data_ptr(), dims,
+                strides, box, estr,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

@@ -106,11 +106,11 @@ const Route kRoutes[] = {
               ((c.config == 0 && c.Cout > 32) || c.config == 5 || c.config == 6 || c.config == 8);
      },
      [](Call& c) { return run_wg(c.x, c.wg, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.config, c.stream, c.plan); }},
-    {"ct2d_mma", true, false,  // a bf16 x: ct2d_mmh only, its x widened for the fp32 staging
+    {"ct2d_mma", true, false,  // a bf16 x: ct2d_mmh only, its x widened for the fp32 staging (config 9: as it is)
      [](const Call& c) { return c.stride1_one_group() && c.wm.numel() > 0; },
      [](Call& c) {
-       return run_mma(c.bf16() ? c.x.to(at::kFloat) : c.x, c.wm, c.wmh, c.wmh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw,
-                      c.dh, c.dw, c.split, c.config, c.stream, c.plan);
+       return run_mma(c.bf16() && c.config != 9 ? c.x.to(at::kFloat) : c.x, c.wm, c.wmh, c.wmh_exp, c.b, c.y, c.KH,
+                      c.KW, c.ph, c.pw, c.dh, c.dw, c.split, c.config, c.stream, c.plan);
      }},
     {"ct2d_wg", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.split == 1 && c.wg.numel() > 0 && c.config == 0; },
@@ -210,8 +210,9 @@ torch::Tensor execute(Call& c) {
     return c.y;
   }
   c.stream = c10::cuda::getCurrentCUDAStream();
-  // a bf16 call takes the bf16 rows with config 0, and row 6's bf16 MMA with config 9 off stride 1
-  const bool bf16_ok = !c.bf16() || (c.split == 1 && (c.config == 0 || (c.config == 9 && !c.stride1_one_group())));
+  // a bf16 call takes the bf16 rows with config 0, and with config 9 the bf16 MMAs (issue 77, until
+  // measured): row 6's off stride 1, row 4's ct2d_mmh on stride 1
+  const bool bf16_ok = !c.bf16() || (c.split == 1 && (c.config == 0 || c.config == 9));
   for (const Route& r : kRoutes) {
     if ((c.bf16() && !(r.bf16 && bf16_ok)) || (c.out_fp16 && !r.fp16_out) || !r.applies(c)) continue;
     c.epi_fused = false;

@@ -2,7 +2,7 @@
 // (Ampere and later; the TMA staging of ct2d_mmh on sm_90a builds only), and run_mma, which plans
 // their tiles and launches them (dispatch.cu, row 4). ct2d_mma: TF32 (split 1) or 3xTF32 (split 3)
 // products; ct2d_mmh: one fp16 product of scaled operands, the TF32 class with 32 output channels
-// per block. Needs common.cuh.
+// per block, or one bf16 product for a bf16 x (config 9, issue 77). Needs common.cuh.
 #pragma once
 
 #include "common.cuh"
@@ -172,7 +172,7 @@ __device__ __forceinline__ uint32_t mma_a_lane(int lane) {
 
 // All taps of one chunk for one warp, acc += W x X: SPLIT 1 TF32 (m16n8k8), 3 3xTF32 (the caller's
 // per-chunk accumulators), 0 fp16 (m16n8k16; the planes hold channel pairs as half2, so the same two
-// loads give a B fragment of 16 channels). xs: the lane's B address in the chunk's planes at tap
+// loads give a B fragment of 16 channels), 2 bf16 (m16n8k16, the planes holding bf16 pairs). xs: the lane's B address in the chunk's planes at tap
 // (0, 0)'s offset of the warp's first pixel (floats), ws: the lane's A address for tap 0 (bytes).
 // FULL: every n-tile of the warp is inside the output (no per-pair guards in the hot loop).
 template <int MT, int NT, int SPLIT, int KH, int KW, bool FULL>
@@ -222,6 +222,7 @@ __device__ __forceinline__ void mma_taps(float (&acc)[MT][NT][4], const float* x
                 mma_tf32(acc[i][j], a[i], b_lo[j]);
               }
               if constexpr (SPLIT == 0) mma_f16(acc[i][j], a[i], b[j]);
+              else if constexpr (SPLIT == 2) mma_bf16(acc[i][j], a[i], b[j]);
               else mma_tf32(acc[i][j], a[i], b[j]);
             }
         }
@@ -409,6 +410,47 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 //    outputs depend on) is in the fp16 range (wgf_unscaled). Otherwise it runs its tile again from
 //    x scaled by 2^wgh_exp(its largest finite magnitude), measured first by a staging-only pass
 //    where the first saw an inf. So no pre-pass, no host sync, and one pass in the common case.
+//    A bf16 x (InT = __nv_bfloat16; config 9 on a bf16 call, TMA staging only; issue 77): bf16
+//    products on m16n8k16, x staged as it is. Its 8-channel boxes land in the upper half of a slot
+//    ([8][rows][rowlen] bf16, 16 bytes a position: the slot's fp32 planes 4-7), columns from a
+//    multiple of 8 (16 bytes); mmh_pairs_bf16 makes the same 8 planes of channel pairs as the fp16
+//    conversion, planes 0-3 from slot a's upper half, then (after a barrier: they lie over it)
+//    planes 4-7 from slot 1's. The weights are ct2d_mmh's fp16 ones, made bf16 as they are staged
+//    (exact: the weights of a bf16 run have at most 8 significant bits), the output scaled by 2^-ew
+//    as before. No scaling of x (bf16 has fp32's range) and so one pass, no amax.
+// Channel pairs of a bf16 x for the MMAs (their low half the even channel, as the fp16 pairs):
+// pair plane J0 + j of xa from the bf16 planes 2j, 2j + 1 of src (positions q..q+3 a thread, 8-byte loads).
+template <int J0>
+__device__ __forceinline__ void mmh_pairs_bf16(const MmaShape& s, float* xa, const float* src, int tid) {
+  const int P = s.rows * s.rowlen;  // = s.plane (the TMA slot), a multiple of 4
+  const unsigned short* raw = reinterpret_cast<const unsigned short*>(src);
+  for (int q = 4 * tid; q < P; q += 4 * THREADS) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint2 lo = *reinterpret_cast<const uint2*>(raw + 2 * j * s.plane + q);
+      const uint2 hi = *reinterpret_cast<const uint2*>(raw + (2 * j + 1) * s.plane + q);
+      *reinterpret_cast<uint4*>(xa + (J0 + j) * s.plane + q) =
+          make_uint4(__byte_perm(lo.x, hi.x, 0x5410), __byte_perm(lo.x, hi.x, 0x7632),
+                     __byte_perm(lo.y, hi.y, 0x5410), __byte_perm(lo.y, hi.y, 0x7632));
+    }
+  }
+}
+// ct2d_mmh's fp16 weight rows (as mma_copy_weights copies them) made bf16 on the way: 16-byte
+// loads, exact conversions, 16-byte shared stores (visible after the block's next barrier)
+template <int TAPS, int BM>
+__device__ __forceinline__ void mma_copy_weights_bf16(const char* src, int Cout, uint32_t dst, int tid) {
+  for (int i = tid; i < TAPS * BM * 2; i += THREADS) {
+    const int half = i & 1, co = (i >> 1) % BM, tap = (i >> 1) / BM;
+    const uint4 h = __ldg(reinterpret_cast<const uint4*>(src + ((int64_t)tap * Cout + co) * 32 + half * 16));
+    uint32_t w[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 v = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(&w[k])));
+      w[k] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    st_shared_v4(dst + (tap * BM + co) * 32 + ((half ^ (co >> 2)) & 1) * 16, w[0], w[1], w[2], w[3]);
+  }
+}
 template <int MODE>  // 0: unscaled, amax = max |x| (inf included); 1: finite amax only, no writes; 2: x * sc
 __device__ __forceinline__ void mmh_convert(const MmaShape& s, float* xa, const float* xb, float sc, float& amax,
                                             int tid) {
@@ -449,10 +491,12 @@ __device__ __forceinline__ void mmh_convert(const MmaShape& s, float* xa, const 
   }
 }
 
-template <int MT, int NT, int KH, int KW, bool TMA, class OutT = float>
+template <int MT, int NT, int KH, int KW, bool TMA, class OutT = float, class InT = float>
 __global__ void __launch_bounds__(THREADS, 2)
-    ct2d_mmh(const float* __restrict__ x, const __half* __restrict__ wh, int ew, const float* __restrict__ bias,
+    ct2d_mmh(const InT* __restrict__ x, const __half* __restrict__ wh, int ew, const float* __restrict__ bias,
              OutT* __restrict__ y, const MmaShape s, const __grid_constant__ CUtensorMap xmap) {
+  constexpr bool BF = std::is_same<InT, __nv_bfloat16>::value;  // bf16 MMAs on x as it is
+  static_assert(!BF || TMA, "a bf16 x is staged by TMA");
   constexpr int BM = 16 * MT, TAPS = KH * KW;
   constexpr int W_BYTES = TAPS * BM * 32;
   extern __shared__ __align__(128) float mmh_smem[];  // TMA: slots 128-byte aligned
@@ -469,7 +513,7 @@ __global__ void __launch_bounds__(THREADS, 2)
   [[maybe_unused]] uint32_t phase = 0;  // TMA: bit i, the parity of slot i's next copy
   if constexpr (TMA) {
 #if defined(CT2D_WGMMA)
-    st.m = b.iw_base & 3;  // the box starts at a multiple of 4 columns (16 bytes), as TMA needs
+    st.m = b.iw_base & (BF ? 7 : 3);  // the box starts at a multiple of 16 bytes (4 or 8 columns)
     if (b.tid < 3) mbar_init(bar0 + 8 * b.tid, 1);
     fence_proxy_async();  // the initialised barriers, seen by the tensor copies
 #endif
@@ -482,17 +526,18 @@ __global__ void __launch_bounds__(THREADS, 2)
   auto slot = [&](int i) { return smem_base + i * xs_size * 4; };
   auto w_chunk = [&](int c) { return s.wres ? w_s + c * W_BYTES : w_s; };
   auto copy_weights = [&](int c) {
-    mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
+    if constexpr (BF) mma_copy_weights_bf16<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
+    else mma_copy_weights<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
   };
   // input channels [8 u, 8 u + 8) into slot i: TMA, one box of 8 channel planes issued by thread 0
   // (the block has synced since every earlier access to the slot), else the block's cp.async copies
   auto stage = [&](int u, int i) {
     if constexpr (TMA) {
 #if defined(CT2D_WGMMA)
-      if (b.tid == 0) {
+      if (b.tid == 0) {  // bf16: 2 bytes an element, into the slot's upper half
         fence_proxy_async();  // the slot's earlier generic accesses (conversion, epilogue) before the copy
-        mbar_arrive_expect_tx(bar0 + 8 * i, xs_size * 4);
-        tma_load_4d(slot(i), &xmap, b.iw_base - st.m, b.ih_base, u * KC, b.n, bar0 + 8 * i);
+        mbar_arrive_expect_tx(bar0 + 8 * i, xs_size * (int)sizeof(InT));
+        tma_load_4d(slot(i) + (BF ? xs_size * 2 : 0), &xmap, b.iw_base - st.m, b.ih_base, u * KC, b.n, bar0 + 8 * i);
       }
 #endif
     } else {
@@ -541,7 +586,11 @@ __global__ void __launch_bounds__(THREADS, 2)
         cp_async_commit();
       }
       float* xa = smem + a * xs_size;
-      if (mode == 0) mmh_convert<0>(s, xa, smem + xs_size, sc, amax, b.tid);
+      if constexpr (BF) {  // planes 0-3 from slot a's upper half, then 4-7 over it from slot 1's
+        mmh_pairs_bf16<0>(s, xa, xa + xs_size / 2, b.tid);
+        __syncthreads();
+        mmh_pairs_bf16<4>(s, xa, smem + xs_size + xs_size / 2, b.tid);
+      } else if (mode == 0) mmh_convert<0>(s, xa, smem + xs_size, sc, amax, b.tid);
       else if (mode == 1) mmh_convert<1>(s, xa, smem + xs_size, sc, amax, b.tid);
       else mmh_convert<2>(s, xa, smem + xs_size, sc, amax, b.tid);
       if (c > 0) {  // the weights (the next chunk's first copy may fly)
@@ -551,13 +600,13 @@ __global__ void __launch_bounds__(THREADS, 2)
       __syncthreads();
       if (2 * c + 3 < subs) stage(2 * c + 3, 1);
       cp_async_commit();
-      if (b.active && mode != 1) mma_chunk<MT, NT, 0, KH, KW>(acc, xs_lane + a * xs_size, w_chunk(c) + a_lane, rowstep, khalf,
-                                                             s.dil_w, b.pairs);
+      if (b.active && mode != 1) mma_chunk<MT, NT, BF ? 2 : 0, KH, KW>(acc, xs_lane + a * xs_size, w_chunk(c) + a_lane,
+                                                                       rowstep, khalf, s.dil_w, b.pairs);
       const int tmp = a;
       a = o;
       o = tmp;
     }
-    if (mode == 2) break;
+    if (BF || mode == 2) break;
     const unsigned m = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
     if (b.lane == 0 && m) atomicMax(&block_amax[pass], m);
     __syncthreads();  // also: every warp is past its last MMA
@@ -602,6 +651,15 @@ void launch_mmh_t(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, c
                   const MmaShape& s, int N, size_t smem, const CUtensorMap& xmap, cudaStream_t stream) {
   dim3 grid(s.tiles_w * ((s.Hout + s.TR - 1) / s.TR) * s.co_blocks, 1, N);
   const __half* w = reinterpret_cast<const __half*>(wh.data_ptr<at::Half>());
+  if constexpr (TMA) {
+    if (x.scalar_type() == at::kBFloat16) {  // bf16 MMAs on x as it is (config 9), a bf16 y
+      using B = __nv_bfloat16;
+      allow_smem<ct2d_mmh<2, 8, KH, KW, true, B, B>>(110 * 1024);
+      ct2d_mmh<2, 8, KH, KW, true, B, B><<<grid, THREADS, smem, stream>>>(
+          reinterpret_cast<const B*>(x.data_ptr()), w, (int)ew, bias, reinterpret_cast<B*>(y.data_ptr()), s, xmap);
+      return;
+    }
+  }
   if (y.scalar_type() == at::kBFloat16) {  // a bf16 run: the epilogue rounds once to bf16
     allow_smem<ct2d_mmh<2, 8, KH, KW, TMA, __nv_bfloat16>>(110 * 1024);
     ct2d_mmh<2, 8, KH, KW, TMA, __nv_bfloat16><<<grid, THREADS, smem, stream>>>(
@@ -623,7 +681,8 @@ void launch_mmh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, con
 
 // mma.sync tensor-core path for stride 1, groups 1. config 0 and 4..9 pick the tiling from the
 // shapes (0, 5 and 6 run the wgmma kernels instead where they apply; 4 forces this path; the TF32
-// class runs ct2d_mmh where it applies with config 0 and 4, and ct2d_mma with 9); 1..3 force
+// class runs ct2d_mmh where it applies with config 0 and 4, and ct2d_mma with 9; a bf16 x comes
+// with config 9 only, and runs ct2d_mmh's bf16 MMAs where they apply, else nothing); 1..3 force
 // (MT, NT) = (4, 8), (4, 4), (2, 8) of ct2d_mma (for tuning runs; on the phase path they force
 // (P, CT) = (4, 8), (2, 8), (1, 4)). Returns false where the path does not apply.
 // The epilogue variants' names (plans): s.epi 4 and 2 go through shared memory
@@ -637,6 +696,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
              int64_t dil_h, int64_t dil_w, int64_t split, int64_t config, cudaStream_t stream, Plan& plan) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
+  const bool bx = x.scalar_type() == at::kBFloat16;  // x as it is, for bf16 MMAs (config 9)
   if (!(KH == 3 && (KW == 3 || KW == 5 || KW == 7)) || Cout % 32 != 0 || Cin < 4) return false;
   const int64_t chunks = (Cin + KC - 1) / KC;
   TORCH_CHECK(wm.is_cuda() && wm.is_contiguous() && wm.numel() == chunks * KH * KW * Cout * KC,
@@ -653,8 +713,9 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
   if (Cout % (16 * mt) != 0) return false;
   if (split == 3 && mt * nt > 16) return false;
   // the TF32 class as one fp16 product (ct2d_mmh) for 32 channels per block (config 0 and 4; 9 and
-  // the tilings 1..3 keep TF32)
-  const bool f16 = split == 1 && mt == 2 && nt == 8 && wmh.numel() > 0 && (config == 0 || config == 4);
+  // the tilings 1..3 keep TF32), or for a bf16 x one bf16 product (config 9)
+  const bool f16 = split == 1 && mt == 2 && nt == 8 && wmh.numel() > 0 && (config == 0 || config == 4 || bx);
+  if (bx && !f16) return false;
   TORCH_CHECK(!f16 || (wmh.is_cuda() && wmh.is_contiguous() && wmh.scalar_type() == at::kHalf &&
                        wmh.numel() == (Cin + 15) / 16 * KH * KW * Cout * 16),
               "fp16 MMA weight copy: expected (ceil(Cin/16), KH*KW, Cout, 16) half");
@@ -703,17 +764,19 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
     // TMA staging: the box is the slot, so a plane is exactly rows x rowlen floats. The box starts
     // at a multiple of 4 columns (TMA needs 16-byte aligned starts), up to 3 before the tile's
     // first; rows and rowlen are chosen (up to 3 more rows, 12 more columns) so that the plane is
-    // 8 mod 16 floats (conflict-free B loads, and slots of a multiple of 128 bytes, as TMA needs)
+    // 8 mod 16 floats (conflict-free B loads, and slots of a multiple of 128 bytes, as TMA needs).
+    // A bf16 x: 8 columns to 16 bytes (its box a plane of rows x rowlen bf16 in the slot's upper half)
     CUtensorMap map;
     int best = 0;
-    const int64_t w0 = cols16(need);
+    const int64_t per16 = bx ? 8 : 4, w0 = (need + 2 * per16 - 2) / per16 * per16;  // cols16 for fp32
     for (int r = s.rows; r <= s.rows + 3; ++r)
-      for (int64_t w = w0; w <= w0 + 12; w += 4)
+      for (int64_t w = w0; w <= w0 + 3 * per16; w += per16)
         if ((r * w) % 16 == 8 && (!best || r * w < best)) best = r * w, s.rows = r, s.rowlen = w;
     s.plane = best;
     if (best && x_tensor_map(&map, x, s.rowlen, s.rows)) xmap = &map;
     else s = s_cp;
 #endif
+    if (bx && !xmap) return false;  // a bf16 x is staged by TMA only
     const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), wchunk = (size_t)KH * KW * 32 * 32;
     const size_t table = xmap ? 0 : tab;
     const int64_t c16 = (Cin + 15) / 16;
@@ -723,6 +786,12 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
       s.chunks = (Cin + 15) / 16;
       s.stages = 3;
       epilogue(slots);
+      if (!plan.launch && bx)
+        return plan.set(strf("ct2d_mmh<2, 8, %d, %d, true, __nv_bfloat16, __nv_bfloat16>", (int)KH, (int)KW), "mma.cuh",
+                        strf("tile %d rows x %d columns x 32 channels, %d channel block(s); x staged as bf16 by TMA "
+                             "into 3 slots and paired in shared memory; bf16 mma.sync (m16n8k16); weights %s; "
+                             "epilogue %s", s.TR, s.TW, s.co_blocks, s.wres ? "resident (every chunk's)" : "per chunk",
+                             epilogue_name(s.epi)));
       if (!plan.launch)
         return plan.set(strf("ct2d_mmh<2, 8, %d, %d, %s, %s>", (int)KH, (int)KW, xmap ? "true" : "false",
                              y.scalar_type() == at::kBFloat16 ? "__nv_bfloat16" : "float"),

@@ -44,16 +44,6 @@ __host__ __device__ __forceinline__ int phase_xs_floats(const PhaseShape& s) {
   return (s.khn_max * s.ncol * s.cips + 3) & ~3;
 }
 
-// bf16 products, fp32 accumulation: a 16 x 16 A fragment (four words a lane, each two bf16, the
-// lower-indexed k in the low half) times a 16 x 8 B fragment (two words), into the same C fragment
-// as mma_tf32's.
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
 __host__ __device__ __forceinline__ int pos_mod(int a, int b) { return ((a % b) + b) % b; }
 

@@ -659,9 +659,6 @@ struct WghFp16Ops : WgFp16Stage<2> {
 //    last launch (WgfFp16Ops, scaled = 1) overwrites the output from it. The choice is made on the
 //    device, without a host sync: each pass and launch after the first reads the amax first and
 //    exits at once when it is not its case.
-__device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
-}
 // ct2d_wgf's producer stages x itself (no pre-pass): per item, its chunks' halves u (8 channels:
 // chunk u / 2, channels 8 (u % 2)..+7) are copied raw (fp32; positions outside the image and
 // channels past Cin zero-filled) into a ring of WGR_SLOTS slots, WGR_SLOTS - 1 halves ahead:
