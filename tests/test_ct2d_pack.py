@@ -159,6 +159,22 @@ def test_pack_builds_only_the_layouts_the_kernels_can_use(groups, stride, split,
     assert {n for n in ("mma", "mmh", "wgmma", "wh") if getattr(p, n).numel()} == present
     assert p.phase.numel() == w.numel() and p.phase_frag.numel() > 0
     assert p.mmh.dtype == p.wh.dtype == torch.float16
+    assert p.wb.numel() == 0                     # bf16 parts: for bf16 weights only
+    b = pk.pack(w.bfloat16(), groups, stride, split, wgmma)
+    assert bool(b.wb.numel()) == ("wh" in present and split == 1) and b.wb.dtype == torch.bfloat16
+
+
+def test_bf16_parts_are_fp16_parts_layout_unscaled_and_exact():
+    """ct2d_wgf's bf16 products (config 9): the weights of a bf16 run as they are, in fp16_parts' layout."""
+    w = weights(24, 70, 3, 3).bfloat16()
+    padded = pk.gemm_padded(w.float())
+    t, e = pk.fp16_parts(padded, 24, 70, 1)
+    b = pk.bf16_parts(padded, 24, 70)
+    assert b.dtype == torch.bfloat16 and b.shape == t.shape == (2, 2, 1, 9, 8, 2, 8, 8)
+    assert torch.equal(b.double(), t.double() * 2.0 ** -e)   # both exact for bf16 values
+    ci, co, tap = 21, 66, 5
+    assert float(b[co // 64, ci // 16, 0, tap, (co % 64) // 8, (ci % 16) // 8, co % 8, ci % 8]) == \
+        float(w[ci, co, tap // 3, tap % 3])
 
 
 def test_pack_widens_half_weights_exactly():

@@ -134,6 +134,14 @@ class FastConvTranspose2dBF16(FastConvTranspose2d):
             raise TypeError(f"fast_bf16 is for bf16 runs (--precision bf16); x is {x.dtype}")
         return super().forward(x)
 
+    def _args(self, x: torch.Tensor) -> tuple:
+        """config 9 (issue 77, until measured): the wgmma kernel's bf16 products take the weights'
+        bf16 parts (ct2d_pack.bf16_parts, unscaled) in place of the fp16 ones."""
+        args = super()._args(x)
+        if self.config != 9:
+            return args
+        return args[:7] + (self._packed_weights().wb, 0) + args[9:]
+
     def _bias(self):
         """The bias widened to fp32, once per bias version (a conversion per call is one more
         launch, which shows on small problems)."""

@@ -109,14 +109,30 @@ def fp16_parts(padded: torch.Tensor, cin: int, cout: int, parts: int) -> tuple[t
     if scaled is None:
         return padded.new_empty(0, dtype=torch.float16), 0
     w, e = scaled
-    taps = padded.shape[1]
-    chunks, cob = (cin + 15) // 16, (cout + 63) // 64
-    a = torch.zeros(chunks * 16, taps, cob * 64, dtype=torch.float64, device=padded.device)
-    a[:cin, :, :cout] = w
+    a = _wgmma_rows(w, padded.shape[1], cin, cout)
     hi = a.to(torch.float16)
-    t = torch.stack([hi] if parts == 1 else [hi, (a - hi.double()).to(torch.float16)])  # [hl][ci][tap][co]
-    t = t.view(parts, chunks, 2, 8, taps, cob, 8, 8)  # hl, chunk, ci half, ci % 8, tap, cob, co8, co % 8
-    return t.permute(5, 1, 0, 4, 6, 2, 7, 3).contiguous(), e
+    return _wgmma_layout(torch.stack([hi] if parts == 1 else [hi, (a - hi.double()).to(torch.float16)])), e
+
+
+def bf16_parts(padded: torch.Tensor, cin: int, cout: int) -> torch.Tensor:
+    """ct2d_wgf's bf16 products (config 9 on a bf16 x, issue 77): fp16_parts' layout with one part,
+    bf16 and unscaled (exact for a bf16 run's weights; bf16 has fp32's range)."""
+    a = _wgmma_rows(padded[:cin, :, :cout].double(), padded.shape[1], cin, cout)
+    return _wgmma_layout(a.to(torch.bfloat16).unsqueeze(0))
+
+
+def _wgmma_rows(w: torch.Tensor, taps: int, cin: int, cout: int) -> torch.Tensor:
+    """w's (Cin, KH*KW, Cout) in float64, zero-padded to whole chunks of 16 and blocks of 64."""
+    a = torch.zeros((cin + 15) // 16 * 16, taps, (cout + 63) // 64 * 64, dtype=torch.float64, device=w.device)
+    a[:cin, :, :cout] = w
+    return a
+
+
+def _wgmma_layout(t: torch.Tensor) -> torch.Tensor:
+    """[part][ci][tap][co] -> [co / 64][ci / 16][part][tap][co % 64 / 8][ci % 16 / 8][co % 8][ci % 8]."""
+    parts, ci, taps, co = t.shape
+    t = t.view(parts, ci // 16, 2, 8, taps, co // 64, 8, 8)  # part, chunk, ci half, ci % 8, tap, cob, co8, co % 8
+    return t.permute(5, 1, 0, 4, 6, 2, 7, 3).contiguous()
 
 
 class Packed(NamedTuple):
@@ -129,6 +145,7 @@ class Packed(NamedTuple):
     wgmma: torch.Tensor       # wgmma_weights (TF32 class, stride 1, one group, sm_90a builds)
     wh: torch.Tensor          # fp16_parts (stride 1, one group, more than 32 output channels, sm_90a builds)
     wh_exp: int
+    wb: torch.Tensor          # bf16_parts (as wh, for a bf16 weight in the TF32 class: config 9's bf16 products)
 
 
 def pack(w: torch.Tensor, groups: int, stride: tuple[int, int], split: int, wgmma: bool) -> Packed:
@@ -137,7 +154,7 @@ def pack(w: torch.Tensor, groups: int, stride: tuple[int, int], split: int, wgmm
     wd = w.detach().float()
     cin, cout_g = wd.shape[:2]
     empty, empty_h = wd.new_empty(0), wd.new_empty(0, dtype=torch.float16)
-    mma = mmh = wgm = wh = None
+    mma = mmh = wgm = wh = wb = None
     mmh_exp = wh_exp = 0
     if groups == 1 and tuple(stride) == (1, 1):
         padded = gemm_padded(wd)
@@ -148,6 +165,8 @@ def pack(w: torch.Tensor, groups: int, stride: tuple[int, int], split: int, wgmm
                 wgm = wgmma_weights(padded)
         if wgmma and cout_g > 32:
             wh, wh_exp = fp16_parts(padded, cin, cout_g, 1 if split == 1 else 2)
+            if split == 1 and w.dtype == torch.bfloat16:
+                wb = bf16_parts(padded, cin, cout_g)
     return Packed(phase_weights(wd), phase_fragments(wd, groups), empty if mma is None else mma,
                   empty_h if mmh is None else mmh, mmh_exp, empty if wgm is None else wgm,
-                  empty_h if wh is None else wh, wh_exp)
+                  empty_h if wh is None else wh, wh_exp, wd.new_empty(0, dtype=torch.bfloat16) if wb is None else wb)

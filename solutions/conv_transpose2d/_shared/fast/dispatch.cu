@@ -94,8 +94,11 @@ bool run_phase_fma(Call& c);
 // takes every strided or grouped shape; its tensor-core variants need the weights' fragments in
 // shared memory, and row 8 takes what they do not fit.
 const Route kRoutes[] = {
-    {"ct2d_wgf", true, true,
-     [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.config == 0 && c.Cout > 32 && c.wh.numel() > 0 && c.split == 1; },
+    {"ct2d_wgf", true, true,  // config 9 on a bf16 x: its bf16 products (the Python side passes bf16 parts as wh)
+     [](const Call& c) {
+       return c.sm90a() && c.stride1_one_group() && (c.config == 0 || (c.config == 9 && c.bf16())) && c.Cout > 32 &&
+              c.wh.numel() > 0 && c.split == 1;
+     },
      [](Call& c) { return run_wgf(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan); }},
     {"ct2d_wgh", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.config == 0 && c.Cout > 32 && c.wh.numel() > 0 && c.split == 3; },
@@ -211,7 +214,7 @@ torch::Tensor execute(Call& c) {
   }
   c.stream = c10::cuda::getCurrentCUDAStream();
   // a bf16 call takes the bf16 rows with config 0, and with config 9 the bf16 MMAs (issue 77, until
-  // measured): row 6's off stride 1, row 4's ct2d_mmh on stride 1
+  // measured): row 6's off stride 1, row 1's ct2d_wgf and row 4's ct2d_mmh on stride 1
   const bool bf16_ok = !c.bf16() || (c.split == 1 && (c.config == 0 || c.config == 9));
   for (const Route& r : kRoutes) {
     if ((c.bf16() && !(r.bf16 && bf16_ok)) || (c.out_fp16 && !r.fp16_out) || !r.applies(c)) continue;

@@ -566,6 +566,12 @@ __device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t d
                : WG_ACC_OPERANDS(d)
                : "l"(da), "l"(db));
 }
+// the same on bf16 operands (ct2d_wgf on a bf16 x, config 9)
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_REGS " %128, %129, 1, 1, 1, 0, 0;\n}\n"
+               : WG_ACC_OPERANDS(d)
+               : "l"(da), "l"(db));
+}
 
 // One chunk's input planes by the producer warpgroup (P parts: [hi ci 0-7, hi ci 8-15, lo ci 0-7,
 // lo ci 8-15] for P = 2, the first two for P = 1): with P = 2 warp w copies plane w, with P = 1 warps
@@ -587,9 +593,10 @@ __device__ __forceinline__ void wgh_stage_input(const WgShape& s, const WgBlock&
 }
 
 // All taps of one chunk for one consumer: flat pixels p0..p0+255, the block's 64 channels; P = 2:
-// a_lo*b_hi + a_hi*b_lo + a_hi*b_hi per tap (3xFP16), P = 1: a_hi*b_hi.
-template <int P>
+// a_lo*b_hi + a_hi*b_lo + a_hi*b_hi per tap (3xFP16), P = 1: a_hi*b_hi (BF: bf16 operands).
+template <int P, bool BF = false>
 __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128], uint32_t sb, int p0) {
+  static_assert(!BF || P == 1, "bf16: one product");
   const uint32_t plane = s.S * 16, bh = sb + s.wbytes + p0 * 16;
   uint64_t da = wg_desc(sb, 128, 256);
   const uint64_t da_lo = (uint64_t)(s.wbytes / 2) >> 4, db_lo = (uint64_t)(2 * plane) >> 4;
@@ -604,7 +611,8 @@ __device__ __forceinline__ void wgh_mma_chunk(const WgShape& s, float (&acc)[128
         wgmma_m64n256k16_f16(acc, da + da_lo, db);  // the small terms first
         wgmma_m64n256k16_f16(acc, da, db + db_lo);
       }
-      wgmma_m64n256k16_f16(acc, da, db);
+      if constexpr (BF) wgmma_m64n256k16_bf16(acc, da, db);
+      else wgmma_m64n256k16_f16(acc, da, db);
       da += (64 * 32) >> 4;  // the next tap's 64 x 16 weights
       db -= s.dil_w;
     }
@@ -675,6 +683,11 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t a) {
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a));
   return v;
 }
+__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t a) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+  return v;
+}
 __device__ __forceinline__ void wgr_issue(const WgShape& s, const WgBlock& b, const float* __restrict__ x,
                                           const int* off, uint32_t raw, int u, int tid) {
   const int hw = s.Hin * s.Win, c0 = 8 * u, nc = min(8, s.Cin - c0);
@@ -690,13 +703,15 @@ __device__ __forceinline__ void wgr_issue(const WgShape& s, const WgBlock& b, co
   }
   cp_async_commit();
 }
+// (E: x's element bytes, 4 or 2 for a bf16 x, whose box starts at a multiple of 8 columns)
+template <int E = 4>
 __device__ __forceinline__ void wgr_issue_tma(const WgShape& s, const WgBlock& b, const CUtensorMap* map,
                                               const WgProducer& p, int u) {
   const int i = u % WGR_SLOTS;
-  const uint32_t bytes = 32u * s.raw_rows * s.raw_rl;
+  const uint32_t bytes = 8u * E * s.raw_rows * s.raw_rl;
   fence_proxy_async();  // the slot's earlier generic reads (its conversion) before the copy
   mbar_arrive_expect_tx(p.rbar + 8 * i, bytes);
-  tma_load_4d(p.raw + i * bytes, map, b.iw_base - (b.iw_base & 3), b.ih_base, 8 * u, b.n, p.rbar + 8 * i);
+  tma_load_4d(p.raw + i * bytes, map, b.iw_base - (b.iw_base & (16 / E - 1)), b.ih_base, 8 * u, b.n, p.rbar + 8 * i);
 }
 // TMA: position q (row r = q / rowlen, column c) lies at r * raw_rl + c + (iw_base & 3) of its
 // channel's plane, and (r, c) steps with q without a division in the loop (holding the start and
@@ -803,16 +818,69 @@ struct WgfFp16Ops : WgFp16Stage<1> {
   static constexpr bool kStagger = true;
 };
 
+// ct2d_wgf on a bf16 x (config 9, issue 77): bf16 products, x staged as it is. WgdFp16Ops's TMA
+// ring with bf16 boxes (16 bytes a position, columns from a multiple of 8), each half gathered by
+// the producer into its stage's plane of [q][8 ci] as it is (no conversion, no amax: bf16 has fp32's
+// range, so one launch and no pre-pass); the weights: ct2d_pack's bf16 parts, unscaled.
+__device__ __forceinline__ void wgr_gather_bf16(const WgShape& s, const WgBlock& b, uint32_t raw, uint32_t dst, int u,
+                                                int tid) {
+  const int plane = s.raw_rows * s.raw_rl;  // elements per channel
+  const uint32_t src = raw + (u % WGR_SLOTS) * plane * 16 + (b.iw_base & 7) * 2;
+  int r = tid / s.rowlen, c = tid - r * s.rowlen;
+  const int dr = WG_THREADS / s.rowlen, dc = WG_THREADS - dr * s.rowlen;
+  for (int q = tid; q < s.S; q += WG_THREADS) {
+    const uint32_t a = src + (r * s.raw_rl + c) * 2;
+    r += dr;
+    c += dc;
+    if (c >= s.rowlen) c -= s.rowlen, ++r;
+    uint32_t h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)  // channels 2k (low half) and 2k + 1
+      h[k] = ld_shared_u16(a + 2 * k * plane * 2) | (ld_shared_u16(a + (2 * k + 1) * plane * 2) << 16);
+    st_shared_v4(dst + q * 16, h[0], h[1], h[2], h[3]);
+  }
+}
+struct WgdBf16Ops : WgOpsDefaults {
+  const __nv_bfloat16* __restrict__ wb;
+  CUtensorMap xmap;
+  __device__ __forceinline__ void begin(const WgShape& s, const WgBlock& b, const int*, int tid, WgProducer& p) const {
+    for (int u = 0; u < WGR_SLOTS - 1; ++u)
+      if (tid == 0 && u < 2 * s.chunks) wgr_issue_tma<2>(s, b, &xmap, p, u);
+  }
+  __device__ __forceinline__ void stage(const WgShape& s, const WgBlock& b, const int*, uint32_t sb, int c, int tid,
+                                        uint32_t full, WgProducer& p) const {
+    if (tid == 0) wgh_bulk_weights(s, b, reinterpret_cast<const __half*>(wb), sb, c, full);  // 2-byte elements too
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      const int u = 2 * c + h, i = u % WGR_SLOTS;
+      mbar_wait(p.rbar + 8 * i, (p.rphase >> i) & 1);  // half u has landed
+      p.rphase ^= 1u << i;
+      producer_sync();  // half u - 1's slot is gathered
+      if (tid == 0 && u + WGR_SLOTS - 1 < 2 * s.chunks) wgr_issue_tma<2>(s, b, &xmap, p, u + WGR_SLOTS - 1);
+      wgr_gather_bf16(s, b, p.raw, sb + s.wbytes + h * s.S * 16, u, tid);
+    }
+  }
+  __device__ __forceinline__ void mma(const WgShape& s, const WgBlock&, float (&acc)[128], uint32_t sb, int,
+                                      int p0) const {
+    wgh_mma_chunk<1, true>(s, acc, sb, p0);
+  }
+  __device__ __forceinline__ float scale() const { return 1.f; }
+  static constexpr bool kStagger = true;
+  static constexpr bool kDirect = true;
+  static constexpr bool kTable = false;
+};
+
 
 // Shapes of one wgmma launch. spec: ct2d_wgs, else ct2d_wg; blocks_min: the fewest blocks per SM
 // acceptable (ct2d_wgs runs one). f16: the fp16 parts per operand, 0 for TF32 (ct2d_wgh: 2, ct2d_wgf:
 // 1; both spec and pix_halves, chunks of 16 channels, at least two stages). y_addr: the output's address (the
 // epilogue's vector stores need it aligned to them). raw_slots: ct2d_wgf's raw ring of that many
-// slots (0: none), raw_tma: filled by TMA (s.raw_rl, s.raw_rows). Returns the dynamic shared memory
-// size, 0 where it does not fit or 32-bit offsets within a channel plane would overflow.
+// slots (0: none), raw_tma: filled by TMA (s.raw_rl, s.raw_rows), raw_e: x's element bytes (4, or 2
+// for a bf16 x: 8 columns to 16 bytes). Returns the dynamic shared memory size, 0 where it does not
+// fit or 32-bit offsets within a channel plane would overflow.
 size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout,
                int64_t Hout, int64_t Wout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-               int64_t dil_w, uintptr_t y_addr, int f16 = 0, int raw_slots = 0, bool raw_tma = false) {
+               int64_t dil_w, uintptr_t y_addr, int f16 = 0, int raw_slots = 0, bool raw_tma = false, int raw_e = 4) {
   const int64_t taps = KH * KW, chunks = f16 ? (Cin + 15) / 16 : (Cin + 7) / 8, co8 = (Cout + 7) / 8;
   s = WgShape{};
   // ct2d_wgs: two consumers on the two 64-channel halves of 128 channels (the same 256 pixels), or
@@ -825,9 +893,11 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   auto stage_bytes = [&](int64_t S) { return (wbytes + S * 32 * std::max(f16, 1) + 127) / 128 * 128; };
   auto tab_bytes = [](int64_t S) { return (S * 4 + 127) / 128 * 128; };
   // ct2d_wgf's raw ring: slots of S positions x 8 channels, or with raw_tma TMA boxes of whole
-  // staged rows, each starting up to 3 columns early at a multiple of 4 (16 bytes, as TMA needs)
+  // staged rows, each starting up to 3 (bf16: 7) columns early at a multiple of 16 bytes, as TMA needs
+  const int64_t per16 = 16 / raw_e;
+  auto raw_cols = [&](int64_t rowlen) { return (rowlen + 2 * per16 - 2) / per16 * per16; };  // cols16 for fp32
   auto raw_bytes = [&](int64_t S, int64_t rowlen) {
-    return (size_t)raw_slots * (raw_tma ? ((S - 1) / rowlen + 1) * cols16(rowlen) : S) * 32;
+    return (size_t)raw_slots * (raw_tma ? ((S - 1) / rowlen + 1) * raw_cols(rowlen) : S) * 8 * raw_e;
   };
   // a consumer whose 64 rows reach past the block's channels reads past the last tap's weights
   // (results discarded): up to 2 KB in ct2d_wg, 4 KB in ct2d_wgs, which stay allocated
@@ -873,7 +943,7 @@ size_t plan_wg(WgShape& s, bool spec, bool pix_halves, int blocks_min, int64_t C
   if (S >= 16384) return 0;                            // descriptor offsets are 14 bits of 16 bytes
   s.S = S;
   if (raw_slots && raw_tma) {  // box dimensions of at most 256 elements
-    s.raw_rl = (int)cols16(s.rowlen);
+    s.raw_rl = (int)raw_cols(s.rowlen);
     s.raw_rows = (int)((S - 1) / s.rowlen + 1);
     if (s.raw_rl > 256 || s.raw_rows > 256) return 0;
   }
@@ -992,12 +1062,13 @@ size_t plan_f16(WgShape& s, int P, const torch::Tensor& x, const torch::Tensor& 
                 int raw_slots = 0, bool raw_tma = false) {
   const int64_t N = x.size(0), Cin = x.size(1), Hin = x.size(2), Win = x.size(3);
   const int64_t Cout = y.size(1), Hout = y.size(2), Wout = y.size(3);
-  TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() && wh.scalar_type() == at::kHalf &&
+  TORCH_CHECK(wh.is_cuda() && wh.is_contiguous() &&
+                  (wh.scalar_type() == at::kHalf || (P == 1 && wh.scalar_type() == at::kBFloat16)) &&
                   wh.numel() == (Cout + 63) / 64 * ((Cin + 15) / 16) * P * KH * KW * 64 * 16,
-              "fp16 weight parts: expected half (ceil(Cout/64), ceil(Cin/16), ", P, ", KH*KW, 8, 2, 8, 8)");
+              "fp16 (or bf16) weight parts: expected (ceil(Cout/64), ceil(Cin/16), ", P, ", KH*KW, 8, 2, 8, 8)");
   if (N > 65535) return 0;
   const size_t smem = plan_wg(s, true, true, 1, Cin, Hin, Win, Cout, Hout, Wout, KH, KW, pad_h, pad_w, dil_h, dil_w,
-                              reinterpret_cast<uintptr_t>(y.data_ptr()), P, raw_slots, raw_tma);
+                              reinterpret_cast<uintptr_t>(y.data_ptr()), P, raw_slots, raw_tma, (int)x.element_size());
   if (!smem) return 0;
   gx = s.tiles_w * ((Hout + s.TR - 1) / s.TR) * s.co_blocks;
   items = gx * N;
@@ -1047,6 +1118,8 @@ bool run_wgh(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
 // bf16 run) always takes the pre-pass, which reads it as bf16 (exact in fp16 wherever fp32 is);
 // the epilogue rounds the fp32 sums once to bf16. An fp16 y (fp32 x: the caller asked for fp16
 // output, dispatch.cu's out_fp16) takes the pre-pass too; the epilogue rounds the sums once to fp16.
+// With bf16 weight parts (config 9 on a bf16 x, issue 77): bf16 products, x staged as it is by the
+// producer's TMA ring (WgdBf16Ops), one launch; false where that path does not apply.
 bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const float* b, torch::Tensor& y,
              int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, cudaStream_t stream,
              Plan& plan) {
@@ -1057,6 +1130,22 @@ bool run_wgf(const torch::Tensor& x, const torch::Tensor& wh, int64_t ew, const 
   // the producer's raw ring filled by TMA, else by cp.async, else the pre-pass
   CUtensorMap xmap;
   auto producer_path = [&](size_t bytes) { return bytes && s.co_blocks == 1 && s.stagger > 0; };
+  if (wh.scalar_type() == at::kBFloat16) {
+    TORCH_CHECK(bf16 && !half_y, "bf16 weight parts take a bf16 x");
+    const size_t smem = plan_f16(s, 1, x, wh, y, KH, KW, pad_h, pad_w, dil_h, dil_w, gx, items, WGR_SLOTS, true);
+    // any tiles that fit: unlike the fp32 producer's (a heuristic there), here the alternative is x
+    // widened, so several channel blocks (x staged once per block) and unstaggered consumers run too
+    if (!smem || !x_tensor_map(&xmap, x, s.raw_rl, s.raw_rows)) return false;
+    if (!plan.launch)
+      return plan.set("ct2d_wgs<WgdBf16Ops, __nv_bfloat16>", "wgmma.cuh",
+                      wg_config(s, "; one bf16 product; x staged as it is by the producer from a TMA ring"));
+    using B = __nv_bfloat16;
+    allow_smem<ct2d_wgs<WgdBf16Ops, B>>(kWgSmemMax);
+    ct2d_wgs<<<(int)std::min<int64_t>(items, sm_count()), WGS_THREADS, smem, stream>>>(
+        WgdBf16Ops{{}, reinterpret_cast<const B*>(wh.data_ptr()), xmap}, b, reinterpret_cast<B*>(y.data_ptr()), s,
+        (int)gx, (int)items);
+    return true;
+  }
   size_t smem = 0;
   bool tma = false, direct = false;
   if (!bf16 && !half_y) {
