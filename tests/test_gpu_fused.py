@@ -120,6 +120,22 @@ def test_the_family_is_correct_on_its_extra_shapes(tmp_path):
         assert r.correctness["precision"] in ("fp32", "tf32"), (r.problem["id"], r.correctness)
 
 
+def test_the_family_is_correct_in_bf16_on_its_extra_shapes(tmp_path):
+    """Every fused problem's fast_bf16 solution (the library's bf16 kernels, ct2d_fused.FastConvBF16):
+    the bf16 class against float64 on the benchmark shape and the extra shapes, timing off (issue 77;
+    their wiring on the CPU: tests/test_fused_bf16_wiring.py)."""
+    cfg = with_overrides(load_config(REPO_ROOT / "configs" / "default.yaml"),
+                         {"device": "cuda", "results_dir": str(tmp_path), "timing.enabled": False,
+                          "precision": "bf16"})
+    pairs = solutions.select_pairs(problems.select("conv_transpose2d_fused"), "fast_bf16", True, problems.discover(),
+                                   precision="bf16")
+    results = evaluate(pairs, cfg, run_id="fused_bf16", out=lambda line: None)
+    assert len(results) == 11
+    for r in results:
+        assert r.status is Status.OK, (r.problem["id"], r.message)
+        assert r.correctness["precision"] == "bf16", (r.problem["id"], r.correctness)
+
+
 # SplitConv (ct2d_fused.py): the strided convolution as its phases' stride-1 convolutions on the
 # library, interleaved with the bias and the epilogue. (cin, cout, kernel, stride, padding,
 # output_padding): the fused family's strided geometries (2 and 16; 5 and 91; 93; 36), uneven

@@ -18,7 +18,7 @@ sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
 from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
 from ct2d_phases import output_size, phases, subpixel_taps, subpixel_weight  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv", "SplitConv", "StridedConv", "SubpixelConv", "channel_block_min"]
+__all__ = ["EPILOGUES", "FastConv", "FastConvBF16", "SplitConv", "StridedConv", "SubpixelConv", "channel_block_min"]
 
 
 def channel_block_min(y: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -70,10 +70,36 @@ class FastConv:
             return conv_bias
         key = tuple((t.data_ptr(), t._version) for t in (conv_bias, extra) if t is not None)
         if self._bias_key != key:
-            b = self.sign * extra.detach().reshape(-1)
+            dt = torch.promote_types(extra.dtype, torch.float32)  # bf16 runs: the sum in fp32, not rounded to bf16
+            b = self.sign * extra.detach().reshape(-1).to(dt)
             if conv_bias is not None:
-                b = conv_bias.detach() + b
+                b = conv_bias.detach().to(dt) + b
             self._bias_value, self._bias_key = b.float().contiguous(), key
+        return self._bias_value
+
+
+class FastConvBF16(FastConv):
+    """The fused family's bf16 runs (--precision bf16): FastConv on a bf16 x, as fast_bf16 calls the
+    library (ct2d_fast.FastConvTranspose2dBF16: its bf16 rows, x and y in bf16, the weights and the
+    bias widened to fp32, exactly; config 0, the rule). The epilogue and the extra bias are the
+    library's as for fp32: the extra bias is folded into the fp32 bias vector, and the epilogue runs
+    in fp32 on the sums before their one rounding (a kernel's store, or the fp32 rule's output where
+    no bf16 row applies) or as a pass over the bf16 output (fast/epilogue.cuh)."""
+
+    def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"FastConvBF16 is for bf16 runs (--precision bf16); x is {x.dtype}")
+        return super().__call__(x, extra_bias)
+
+    def _bias(self):
+        """FastConv's bias vector, widened to fp32 once per version where no extra bias is folded in
+        (with one, FastConv's is fp32 already)."""
+        bias = self.conv_transpose2d.bias
+        if self._extra is not None or bias is None:
+            return super()._bias()
+        key = ("bf16", bias.data_ptr(), bias._version)
+        if self._bias_key != key:
+            self._bias_value, self._bias_key = bias.detach().float(), key
         return self._bias_value
 
 

@@ -1,0 +1,69 @@
+"""The fused family's bf16 solutions (solutions/conv_transpose2d_fused/*/fast_bf16.py) on the CPU,
+with the library's call replaced by its meaning in float64 (FastConvBF16: the convolution, the
+extra bias, the epilogue kind of fast/epilogue.cuh): each creates the reference's parameters under
+the same seed and computes the reference's function. What the GPU adds (the kernels' numerics, the
+bf16 class) is tests/test_gpu_fused.py's and the harness's."""
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import REPO_ROOT
+from harness.core import problems
+from harness.core.problems import load_module
+
+SOLUTIONS = sorted((REPO_ROOT / "solutions" / "conv_transpose2d_fused").glob("*/fast_bf16.py"))
+
+
+class FastConvBF16:
+    """ct2d_fused.FastConvBF16's meaning, in the dtype it is given."""
+
+    def __init__(self, conv, epilogue="none", epilogue_args=(0.0, 0.0), sign=1.0):
+        self.conv, self.epilogue, (self.a, self.b), self.sign = conv, epilogue, epilogue_args, sign
+
+    def __call__(self, x, extra_bias=None):
+        c = self.conv
+        y = F.conv_transpose2d(x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation)
+        if extra_bias is not None:
+            y = y + self.sign * extra_bias
+        a, b = self.a, self.b
+        return {"none": lambda v: v,
+                "clamp_scale": lambda v: torch.clamp(torch.clamp(v, 0, 1) * a, 0, 1) / a,
+                "tanh": torch.tanh,
+                "mish_add_hardtanh_scale": lambda v: F.hardtanh(F.mish(v) + a, -1, 1) * b,
+                "add_min_gelu_scale": lambda v: F.gelu(torch.clamp(v + a, max=0.0)) * b,
+                "gelu": F.gelu}[self.epilogue](y)
+
+
+def test_every_fused_problem_has_one():
+    assert {p.parent.name for p in SOLUTIONS} == {p.path.stem for p in problems.select("conv_transpose2d_fused")}
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.parent.name.split("_")[0])
+def test_a_bf16_fused_solution_is_the_reference_with_the_library_conv(solution, monkeypatch):
+    stub = types.ModuleType("ct2d_fused")
+    stub.FastConvBF16 = FastConvBF16
+    monkeypatch.setitem(sys.modules, "ct2d_fused", stub)
+    [problem] = [p for p in problems.select("conv_transpose2d_fused") if p.path.stem == solution.parent.name]
+    ref, new = load_module(problem.path), load_module(solution, prefix="kb_bf16_wiring")
+    assert new.PRECISIONS == ("bf16",) and new.DEVICES == ("cuda",)
+    init = list(ref.get_init_inputs())
+    monkeypatch.setattr(ref, "batch_size", 2)
+    for name in ("height", "width", "height_in", "width_in"):   # small inputs, the same channels
+        if hasattr(ref, name):
+            monkeypatch.setattr(ref, name, min(getattr(ref, name), 12))
+    torch.manual_seed(0)
+    model = ref.Model(*init).double()
+    torch.manual_seed(0)
+    model_new = new.ModelNew(*init).double()
+    theirs, ours = dict(model.named_parameters()), dict(model_new.named_parameters())
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
+    torch.manual_seed(1)
+    inputs = [x.double() for x in ref.get_inputs()]
+    with torch.no_grad():
+        want, got = model(*inputs), model_new(*inputs)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
