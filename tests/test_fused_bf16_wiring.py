@@ -1,7 +1,8 @@
 """The fused family's bf16 solutions (solutions/conv_transpose2d_fused/*/fast_bf16.py) on the CPU,
-with the library's call replaced by its meaning in float64 (FastConvBF16: the convolution, the
-extra bias, the epilogue kind of fast/epilogue.cuh): each creates the reference's parameters under
-the same seed and computes the reference's function. What the GPU adds (the kernels' numerics, the
+with the kernels' calls replaced by their meaning in float64 (FastConvBF16: the convolution, the
+extra bias, the epilogue kind of fast/epilogue.cuh; channel_means_fused: the convolution's mean
+over its positions, times alpha): each creates the reference's parameters under the same seed and
+computes the reference's function. What the GPU adds (the kernels' numerics, the
 bf16 class) is tests/test_gpu_fused.py's and the harness's."""
 import sys
 import types
@@ -38,15 +39,24 @@ class FastConvBF16:
                 "gelu": F.gelu}[self.epilogue](y)
 
 
+def channel_means_fused(x, conv, alpha=1.0):
+    """ct2d_means.channel_means_fused's meaning: [n, co]."""
+    y = F.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.output_padding, conv.groups,
+                           conv.dilation)
+    return y.mean(dim=(2, 3)) * alpha
+
+
 def test_every_fused_problem_has_one():
     assert {p.parent.name for p in SOLUTIONS} == {p.path.stem for p in problems.select("conv_transpose2d_fused")}
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.parent.name.split("_")[0])
 def test_a_bf16_fused_solution_is_the_reference_with_the_library_conv(solution, monkeypatch):
-    stub = types.ModuleType("ct2d_fused")
-    stub.FastConvBF16 = FastConvBF16
-    monkeypatch.setitem(sys.modules, "ct2d_fused", stub)
+    fused, means = types.ModuleType("ct2d_fused"), types.ModuleType("ct2d_means")
+    fused.FastConvBF16 = FastConvBF16
+    means.channel_means_fused, means.extension = channel_means_fused, lambda: None
+    monkeypatch.setitem(sys.modules, "ct2d_fused", fused)
+    monkeypatch.setitem(sys.modules, "ct2d_means", means)
     [problem] = [p for p in problems.select("conv_transpose2d_fused") if p.path.stem == solution.parent.name]
     ref, new = load_module(problem.path), load_module(solution, prefix="kb_bf16_wiring")
     assert new.PRECISIONS == ("bf16",) and new.DEVICES == ("cuda",)

@@ -306,8 +306,9 @@ MEANS_CASES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])   # bf16: 42's and 44's bf16 runs (x read as it is)
 @pytest.mark.parametrize("case", MEANS_CASES, ids=lambda c: f"k{c[2][0]}x{c[2][1]}_s{c[3][0]}x{c[3][1]}_{c[8][0]}x{c[8][1]}")
-def test_channel_means_fused_matches_the_convolutions_mean(case):
+def test_channel_means_fused_matches_the_convolutions_mean(case, dtype):
     import torch
 
     sys.path.insert(0, str(FUSED / "_shared"))
@@ -316,7 +317,8 @@ def test_channel_means_fused_matches_the_convolutions_mean(case):
     cin, cout, k, s, p, op, d, bias, (h, w) = case
     torch.manual_seed(0)
     conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op, dilation=d, bias=bias).cuda()
-    x = torch.rand(3, cin, h, w, device="cuda")
+    conv = conv.to(getattr(torch, dtype))
+    x = torch.rand(3, cin, h, w, device="cuda").to(getattr(torch, dtype))
     with torch.no_grad():
         got = channel_means_fused(x, conv, alpha=0.5)
         want = 0.5 * torch.nn.functional.conv_transpose2d(

@@ -1,8 +1,8 @@
-"""42 in bf16: ConvTranspose2d, mean over (H, W), + bias, logsumexp over channels, sum, x 10. The
-convolution on the fast library in bf16 (ct2d_fused.FastConvBF16: fast_bf16's kernels), then the
-mean, bias, logsumexp, sum and scale as the reference writes it, PyTorch's operators on bf16 (not
-yet fused in bf16: the fp32 solution's algebra of the means (ct2d_means, no convolution) takes
-fp32). bf16 class."""
+"""42 in bf16: ConvTranspose2d, mean over (H, W), + bias, logsumexp over channels, sum, x 10. As the
+fp32 solution: the channels' means are exact algebra on sums of x and of the weight
+(../_shared/ct2d_means.py, means.cu), no convolution; here x is read as bf16 and every sum is fp32
+(the weight and bias widened exactly), the tail in fp32 on [n, co] values, the result rounded once
+to bf16. Better than the bf16 class asks."""
 import sys
 from pathlib import Path
 
@@ -10,10 +10,12 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
-from ct2d_fused import FastConvBF16  # noqa: E402
+from ct2d_means import channel_means_fused, extension  # noqa: E402
 
 PRECISIONS = ("bf16",)
 DEVICES = ("cuda",)
+
+extension()   # means.cu, built at import: the harness's build step compiles it
 
 
 class ModelNew(nn.Module):
@@ -21,9 +23,7 @@ class ModelNew(nn.Module):
         super().__init__()
         self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size)
         self.bias = nn.Parameter(torch.randn(bias_shape))
-        self.fast = FastConvBF16(self.conv_transpose)
 
     def forward(self, x):
-        x = torch.mean(self.fast(x), dim=(2, 3), keepdim=True) + self.bias
-        x = torch.logsumexp(x, dim=1, keepdim=True)
-        return torch.sum(x, dim=(2, 3)) * 10.0
+        means = channel_means_fused(x, self.conv_transpose) + self.bias.reshape(1, -1).float()   # [n, co], fp32
+        return (torch.logsumexp(means, dim=1, keepdim=True) * 10.0).to(x.dtype)                # [n, 1]

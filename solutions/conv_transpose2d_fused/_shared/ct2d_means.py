@@ -121,10 +121,11 @@ def extension():
 
 
 def channel_means_fused(x: torch.Tensor, conv: torch.nn.ConvTranspose2d, alpha: float = 1.0) -> torch.Tensor:
-    """alpha * channel_means(x, conv) in two kernels (means.cu): [n, co], for fp32 CUDA x; any other
-    x: channel_means's PyTorch operators."""
+    """alpha * channel_means(x, conv) in two kernels (means.cu): [n, co], fp32, for an fp32 or bf16
+    CUDA x (bf16: read as it is, the weight and bias widened, the sums in fp32); any other x:
+    channel_means's PyTorch operators."""
     assert conv.groups == 1 and conv.padding_mode == "zeros"
-    if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 4):
+    if not (x.is_cuda and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 4):
         return channel_means(x, conv) * alpha
     (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
     (oph, opw), (dh, dw) = conv.output_padding, conv.dilation
@@ -137,5 +138,5 @@ def channel_means_fused(x: torch.Tensor, conv: torch.nn.ConvTranspose2d, alpha: 
     if cached is None or cached[0] != key:
         cached = (key, weight.permute(0, 2, 3, 1).reshape(-1, weight.shape[1]).float().contiguous())
         conv._kb_means_wt = cached
-    bias = conv.bias.detach() if conv.bias is not None else None
+    bias = conv.bias.detach().float() if conv.bias is not None else None   # (fp32: the same tensor)
     return extension().channel_means_k(x.contiguous(), cached[1], bias, windows, kh, kw, area, float(alpha))

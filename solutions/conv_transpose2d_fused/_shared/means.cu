@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
+#include <cuda_bf16.h>
 
 #include <type_traits>
 #include <vector>
@@ -46,10 +47,22 @@ __device__ __forceinline__ void add_group(float (&acc)[K][K], const float4 v, in
   }
 }
 
-template <int K, bool V4>
-__global__ void __launch_bounds__(kThreads) window_sums_kernel(const float* __restrict__ x, float* __restrict__ S,
+// x's elements as fp32 (T: float, or __nv_bfloat16 in bf16 runs, widened exactly): four at a time
+// (group f of the plane: 16 or 8 bytes, streaming), or one
+__device__ __forceinline__ float4 load4(const float* p, int f) { return __ldcs(reinterpret_cast<const float4*>(p) + f); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p, int f) {
+  const uint2 u = __ldcs(reinterpret_cast<const uint2*>(p) + f);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+__device__ __forceinline__ float load1(const float* p, int e) { return __ldcs(p + e); }
+__device__ __forceinline__ float load1(const __nv_bfloat16* p, int e) {
+  return __uint_as_float((uint32_t)__ldcs(reinterpret_cast<const unsigned short*>(p) + e) << 16);
+}
+template <int K, bool V4, class T>
+__global__ void __launch_bounds__(kThreads) window_sums_kernel(const T* __restrict__ x, float* __restrict__ S,
                                                                int H, int W, int kh, int kw, const Windows win) {
-  const float* plane = x + (int64_t)blockIdx.x * H * W;
+  const T* plane = x + (int64_t)blockIdx.x * H * W;
   float acc[K][K];
 #pragma unroll
   for (int a = 0; a < K; ++a)
@@ -58,14 +71,13 @@ __global__ void __launch_bounds__(kThreads) window_sums_kernel(const float* __re
   const int HW = H * W;
   if constexpr (V4) {
     constexpr int kU = 4;  // float4 loads in flight per thread
-    const float4* p4 = reinterpret_cast<const float4*>(plane);
     const int n4 = HW / 4;
     for (int f0 = threadIdx.x; f0 < n4; f0 += kU * kThreads) {
       float4 v[kU];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int f = f0 + u * kThreads;
-        v[u] = f < n4 ? __ldcs(p4 + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u] = f < n4 ? load4(plane, f) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
@@ -76,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) window_sums_kernel(const float* __re
   } else {
     int ih = threadIdx.x / W, iw = threadIdx.x - ih * W;
     for (int e = threadIdx.x; e < HW; e += kThreads) {
-      const float v = __ldcs(plane + e);
+      const float v = load1(plane, e);
 #pragma unroll
       for (int a = 0; a < K; ++a) {
         const bool row = a < kh && ih >= win.h_lo[a] && ih < win.h_hi[a];
@@ -145,8 +157,9 @@ __global__ void __launch_bounds__(kContractWarps * 32) contract_means_kernel(
 // windows: per row tap lo, hi, then per column tap lo, hi; area: the output's H * W.
 torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<torch::Tensor> bias,
                               std::vector<int64_t> windows, int64_t kh, int64_t kw, int64_t area, double alpha) {
-  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous(),
-              "channel_means_k: x must be a contiguous 4-D fp32 CUDA tensor");
+  const bool bf16 = x.scalar_type() == at::kBFloat16;  // a bf16 run: x read as it is, the sums in fp32
+  TORCH_CHECK(x.is_cuda() && (x.scalar_type() == at::kFloat || bf16) && x.dim() == 4 && x.is_contiguous(),
+              "channel_means_k: x must be a contiguous 4-D fp32 or bf16 CUDA tensor");
   TORCH_CHECK(kh >= 1 && kw >= 1 && kh <= kMaxTaps && kw <= kMaxTaps && (int64_t)windows.size() == 2 * (kh + kw),
               "channel_means_k: 1 to ", kMaxTaps, " taps per dimension, two bounds per tap");
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), R = C * kh * kw;
@@ -159,8 +172,8 @@ torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<t
   for (int64_t t = 0; t < kh; ++t) win.h_lo[t] = (int)windows[2 * t], win.h_hi[t] = (int)windows[2 * t + 1];
   for (int64_t t = 0; t < kw; ++t)
     win.w_lo[t] = (int)windows[2 * (kh + t)], win.w_hi[t] = (int)windows[2 * (kh + t) + 1];
-  auto S = torch::empty({N, R}, x.options());
-  auto out = torch::empty({N, Cout}, x.options());
+  auto S = torch::empty({N, R}, x.options().dtype(at::kFloat));
+  auto out = torch::empty({N, Cout}, x.options().dtype(at::kFloat));
   if (N == 0 || Cout == 0) return out;
   const float* bp = nullptr;
   if (bias.has_value() && bias->defined()) {
@@ -172,15 +185,20 @@ torch::Tensor channel_means_k(torch::Tensor x, torch::Tensor wt, c10::optional<t
   const int k = (int)std::max(kh, kw);
   const unsigned planes = (unsigned)(N * C);
   if (planes > 0) {
-    const bool v4 = W % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr<float>()) % 16 == 0;
-    auto run = [&](auto kk) {
+    const bool v4 = W % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % (bf16 ? 8 : 16) == 0;
+    auto launch = [&](auto kk, const auto* xp) {
       constexpr int K = decltype(kk)::value;
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(xp)>>;
       if (v4)
-        window_sums_kernel<K, true><<<planes, kThreads, 0, stream>>>(x.data_ptr<float>(), S.data_ptr<float>(), (int)H,
-                                                                     (int)W, (int)kh, (int)kw, win);
+        window_sums_kernel<K, true, T><<<planes, kThreads, 0, stream>>>(xp, S.data_ptr<float>(), (int)H, (int)W,
+                                                                        (int)kh, (int)kw, win);
       else
-        window_sums_kernel<K, false><<<planes, kThreads, 0, stream>>>(x.data_ptr<float>(), S.data_ptr<float>(),
-                                                                      (int)H, (int)W, (int)kh, (int)kw, win);
+        window_sums_kernel<K, false, T><<<planes, kThreads, 0, stream>>>(xp, S.data_ptr<float>(), (int)H, (int)W,
+                                                                         (int)kh, (int)kw, win);
+    };
+    auto run = [&](auto kk) {
+      if (bf16) launch(kk, reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()));
+      else launch(kk, x.data_ptr<float>());
     };
     if (k == 1)
       run(std::integral_constant<int, 1>{});
