@@ -322,3 +322,19 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert out[3] == "lane a pair: median 4.00 s, sum 12 s; lanes idle 60% of 1 x 30 s"
     assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0
     assert "wall 90 s over 2 call(s): 120 an hour" in capsys.readouterr().out
+
+
+def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
+    from tools.ptx_diff import compare, entries
+    head = ".visible .entry _ZN44_GLOBAL__N__{h}_11_dispatch_cu_{g}8kernel_{n}(\n.param .u64 _ZN44_GLOBAL__N__{h}_11_dispatch_cu_{g}8kernel_{n}_param_0\n)\n{{\n"
+    body_a = ".reg .f32 %f<9>;\nmov.f32 %f3, 0f00000000;\nadd.f32 %f7, %f3, %f3;\n$L__BB12_4:\nbra $L__BB12_4;\n}\n"
+    body_b = ".reg .f32 %f<12>;\nmov.f32 %f10, 0f00000000;\nadd.f32 %f2, %f10, %f10;\n$L__BB3_4:\nbra $L__BB3_4;\n}\n"
+    body_c = ".reg .f32 %f<12>;\nmov.f32 %f10, 0f00000000;\nmul.f32 %f2, %f10, %f10;\n$L__BB3_4:\nbra $L__BB3_4;\n}\n"
+    before = entries(head.format(h="1234abcd", g="9adf1c03", n="a") + body_a + head.format(h="1234abcd", g="9adf1c03", n="b")
+                     + body_a + head.format(h="1234abcd", g="9adf1c03", n="gone") + body_a)
+    after = entries(head.format(h="feedbeef", g="00112233", n="a") + body_b + head.format(h="feedbeef", g="00112233", n="b")
+                    + body_c + head.format(h="feedbeef", g="00112233", n="new") + body_b)
+    differ, gone, new, same = compare(before, after)
+    assert same == 1                                    # another file hash, register and label numbers: the same code
+    assert [n[-8:] for n in differ] == ["kernel_b"]     # add against mul
+    assert [n[-11:] for n in gone] == ["kernel_gone"] and [n[-10:] for n in new] == ["kernel_new"]
