@@ -334,7 +334,10 @@ def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
                      + body_a + head.format(h="1234abcd", g="9adf1c03", n="gone") + body_a)
     after = entries(head.format(h="feedbeef", g="00112233", n="a") + body_b + head.format(h="feedbeef", g="00112233", n="b")
                     + body_c + head.format(h="feedbeef", g="00112233", n="new") + body_b)
-    differ, gone, new, same = compare(before, after)
+    differ, renamed, gone, new, same = compare(before, after)
     assert same == 1                                    # another file hash, register and label numbers: the same code
     assert [n[-8:] for n in differ] == ["kernel_b"]     # add against mul
-    assert [n[-11:] for n in gone] == ["kernel_gone"] and [n[-10:] for n in new] == ["kernel_new"]
+    assert [(a[-11:], b[-10:]) for a, b in renamed] == [("kernel_gone", "kernel_new")]   # the same code, renamed
+    assert gone == new == []
+    differ, renamed, gone, new, same = compare(before, entries(head.format(h="feedbeef", g="00112233", n="new") + body_c))
+    assert renamed == [] and len(gone) == 3 and [n[-10:] for n in new] == ["kernel_new"]

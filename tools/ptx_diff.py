@@ -7,9 +7,10 @@ torch lacks) from two trees, compared kernel entry by kernel entry.
 BEFORE, AFTER: a git revision (its copy of the folder, by git archive) or WORKTREE (the folder as
 it is). Entries are compared after normalising what changes without the code changing: the file's
 hash in anonymous-namespace names, label and local-depot numbers, each entry's own name inside it,
-and the virtual registers (renumbered in the order of first use). Prints one line a differing
-entry, the entries only one side has (a template parameter added renames every instance of its
-kernel), and a summary line; exits 1 where an entry both sides have differs. Needs nvcc (about a
+and the virtual registers (renumbered in the order of first use). An entry one side lacks is paired
+with one the other side lacks whose code is the same (renamed: a template parameter added renames
+every instance of its kernel). Prints one line a differing entry, a renamed one and one only a side
+has, and a summary line; exits 1 where an entry both sides have differs. Needs nvcc (about a
 minute a tree for the conv library). Used for issue 77's steps (docs/perf-notes.md).
 """
 from __future__ import annotations
@@ -92,11 +93,15 @@ def renumber(body: str) -> str:
     return re.sub(r"%(rd|rs|r|fd|f|p|hh|h)(\d+)\b", sub, body)
 
 
-def compare(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str], list[str], int]:
-    """(differing, only before, only after, identical count)."""
+def compare(before: dict[str, str], after: dict[str, str]):
+    """(differing, renamed [(before, after)] with the same code, only before, only after, identical count)."""
     differ = [k for k in before if k in after and before[k] != after[k]]
     same = sum(1 for k in before if k in after and before[k] == after[k])
-    return differ, [k for k in before if k not in after], [k for k in after if k not in before], same
+    gone, new = [k for k in before if k not in after], [k for k in after if k not in before]
+    by_code = {after[k]: k for k in new}
+    renamed = [(k, by_code.pop(before[k])) for k in gone if before[k] in by_code]
+    paired = {k for pair in renamed for k in pair}
+    return differ, renamed, [k for k in gone if k not in paired], [k for k in new if k not in paired], same
 
 
 def main(argv: list[str]) -> int:
@@ -111,15 +116,18 @@ def main(argv: list[str]) -> int:
         scratch = Path(tmp)
         sides = [entries(compile_ptx(tree_folder(spec, args.folder, scratch), args.file, scratch))
                  for spec in (args.before, args.after)]
-    differ, gone, new, same = compare(*sides)
+    differ, renamed, gone, new, same = compare(*sides)
     for name in differ:
         print(f"differs: {name}")
+    for old, name in renamed:
+        print(f"renamed, the same code: {old} -> {name}")
     for name in gone:
         print(f"only in {args.before}: {name}")
     for name in new:
         print(f"only in {args.after}: {name}")
     print(f"ptx_diff: {len(sides[0])} entries in {args.before}, {len(sides[1])} in {args.after}: {same} identical, "
-          f"{len(differ)} differ, {len(gone)} only in {args.before}, {len(new)} only in {args.after}")
+          f"{len(renamed)} renamed with the same code, {len(differ)} differ, {len(gone)} only in {args.before}, "
+          f"{len(new)} only in {args.after}")
     return 1 if differ else 0
 
 
