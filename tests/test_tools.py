@@ -341,3 +341,22 @@ def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
     assert gone == new == []
     differ, renamed, gone, new, same = compare(before, entries(head.format(h="feedbeef", g="00112233", n="new") + body_c))
     assert renamed == [] and len(gone) == 3 and [n[-10:] for n in new] == ["kernel_new"]
+
+
+def test_host_cost_splits_a_calls_host_time_where_the_model_says_how(tmp_path, capsys):
+    """tools/host_cost.py: the reference and a solution on the CPU, each a line of microseconds per
+    call; the Python part (`_args`) and the binding's (`plan`) only for a model that has them."""
+    from tools import host_cost
+    solution = tmp_path / "py_add.py"
+    solution.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                        "    def _args(self, a, b):\n        return (a, b)\n\n"
+                        "    def plan(self, a, b):\n        return list(self._args(a, b))\n\n"
+                        "    def forward(self, a, b):\n        return a + b\n")
+    assert host_cost.main(["elementwise_add", "--device", "cpu", "--calls", "5", "--repeats", "2",
+                           "--solution", str(solution)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("elementwise_add on cpu: 5 calls a block, median of 2")
+    head, reference, mine = lines[1].split(), lines[2].split(), lines[3].split()
+    assert head[-5:] == ["issue", "drained", "device", "args", "plan"]
+    assert reference[0] == "PyTorch" and reference[3:] == ["-", "-", "-"] and float(reference[1]) > 0
+    assert mine[0] == "py_add" and mine[3] == "-" and all(float(x) > 0 for x in mine[1:3] + mine[4:])
