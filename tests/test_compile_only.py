@@ -69,6 +69,18 @@ def test_every_repository_solution_compiles(compiled):
 
 
 @needs_nvcc
+def test_a_cu_compiles_with_torch_extension_h_read_as_torch_types_h_unless_it_fails_so(compiled):
+    """build.cu_header (auto: on in compile-only): the repository's CUDA recipes (each .cu includes
+    torch/extension.h) compile with the small header; a .cu that fails with it is compiled again
+    with torch's own, whose error is the one reported (test_cuda_compile_error_maps_to_the_solution_line)."""
+    fresh = [r for v in compiled.values() if v["path"].startswith("solutions/") for r in v["recipes"] if not r["cached"]]
+    assert all(r["cu_header"] == "read" for r in fresh if "cu_header" in r), fresh
+    failed = compiled["tests/fixtures/solutions/cuda_type_dispatch.py"]
+    assert failed["recipes"][0]["cu_header"].startswith("compiled again with torch's header: ")
+    assert "DeprecatedTypeProperties" in failed["message"]
+
+
+@needs_nvcc
 def test_fast_kernels_compile_for_a_gpu_without_wgmma():
     """The fast kernels outside sm_90a (the wgmma kernels left out, CT2D_WGMMA undefined): what the
     other kernels use must not live only inside the wgmma part (fast_bf16 takes every bf16 path)."""

@@ -360,3 +360,35 @@ def test_host_cost_splits_a_calls_host_time_where_the_model_says_how(tmp_path, c
     assert head[-5:] == ["issue", "drained", "device", "args", "plan"]
     assert reference[0] == "PyTorch" and reference[3:] == ["-", "-", "-"] and float(reference[1]) > 0
     assert mine[0] == "py_add" and mine[3] == "-" and all(float(x) > 0 for x in mine[1:3] + mine[4:])
+
+
+def test_cu_header_check_compares_host_functions_up_to_addresses_and_string_offsets(tmp_path):
+    """tools/cu_header_check.py's comparison of two objects (g++ here; nvcc's host objects alike): a
+    function that reads the same string from another offset is the same, one with another body is not."""
+    import shutil
+    import subprocess
+    from tools import cu_header_check as check
+    if not shutil.which("g++") or not shutil.which("objdump"):
+        pytest.skip("needs g++ and objdump")
+    sources = {"a": 'const char* pad() { return "padding first"; }\nconst char* f() { return "same"; }\n'
+                    'int g(int x) { return x + 1; }\n',
+               "b": 'const char* f() { return "same"; }\nint g(int x) { return x + 2; }\nint h() { return 0; }\n'}
+    for name, text in sources.items():
+        (tmp_path / f"{name}.cpp").write_text(text)
+        subprocess.run(["g++", "-O0", "-c", f"{name}.cpp", "-o", f"{name}.o"], cwd=tmp_path, check=True)
+    found = check.compare(tmp_path / "a.o", tmp_path / "b.o")
+    assert found["functions"] == 2 and found["differ"] == ["_Z1gi"]        # f: the same string, another offset
+    assert found["only_torch_header"] == 1 and found["only_small_header"] == 1
+    assert found["kernels_same"] is False                                   # no device code to be the same
+
+
+def test_cu_header_check_takes_the_recipes_own_nvcc_command(tmp_path):
+    from tools import cu_header_check as check
+    from harness.compile.compiler import CU_HEADER
+    (tmp_path / "build.ninja").write_text(
+        "nvcc = /usr/local/cuda/bin/nvcc\n"
+        f"cuda_cflags = -DX=1 -I/tmp/s/compile-only-stubs-abc -isystem /t/include -O3 -I{CU_HEADER}\n"
+        "cuda_post_cflags = --compiler-options '-fPIC' -std=c++17\n")
+    assert check.nvcc_command(tmp_path, tmp_path / "stubs") == [
+        "/usr/local/cuda/bin/nvcc", "-DX=1", f"-I{tmp_path / 'stubs'}", "-isystem", "/t/include", "-O3",
+        "--compiler-options", "-fPIC", "-std=c++17"]

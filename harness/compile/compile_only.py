@@ -141,7 +141,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
     compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s,
-                        cfg.build.pch != "off")
+                        cfg.build.pch != "off", cfg.build.cu_header != "off")
     known = discover()
 
     def build_step(path: Path) -> dict:
@@ -175,7 +175,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             if result.failed and first is not step:
                 result = compiler.run(recipe, step["work"] / f"compile{index}")
             failed = result.failed
-            item["recipes"].append({k: result.ext[k] for k in ("name", "cached", "seconds", "cpu_s") if k in result.ext}
+            item["recipes"].append({k: result.ext[k] for k in ("name", "dir", "cached", "seconds", "cpu_s", "pch", "cu_header")
+                                    if k in result.ext}
                                    | {"cached": result.ext.get("cached") or first is not step})
         shutil.rmtree(step["work"], ignore_errors=True)
         if failed:
@@ -210,9 +211,11 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                 done = {key: pending[key].result() for key, _ in step["recipes"]}
                 items.append(finish(step, done))
             costs = sorted(pending[key].result()[1].ext.get("cpu_s") or 0.0 for key in todo)
+            small = sum(pending[key].result()[1].ext.get("cu_header") == "read" for key in todo)
             if costs:
                 out(f"compile-only: {len(costs)} recipe(s) compiled, {sum(costs):.0f} CPU-s in all, "
-                    f"{costs[len(costs) // 2]:.0f} CPU-s the median recipe")
+                    f"{costs[len(costs) // 2]:.0f} CPU-s the median recipe"
+                    + (f"; {small} cuda.cu read torch/extension.h as torch/types.h (build.cu_header)" if small else ""))
             return items
     finally:
         shutil.rmtree(work_root, ignore_errors=True)

@@ -9,7 +9,9 @@ the key the runner computes itself from the recipe (harness/compile/recipes.py).
 
 Request: {"recipe": {...}, "build_root": the folder to build in, "compile_only": whether to
 compile the object files only (the CI gate's compile-only check), "arch": the build key's
-architecture (TORCH_CUDA_ARCH_LIST is set to it for CUDA sources)}.
+architecture (TORCH_CUDA_ARCH_LIST is set to it for CUDA sources), "pch": a folder holding a
+precompiled torch/extension.h for main.cpp, "cu_header": whether cuda.cu is compiled first with
+torch/extension.h read as torch/types.h (CU_HEADER)}.
 Events: build_start, build_end (as a worker's, harness/run/pipeline.py build_info), then done, or
 error with a build_error's message mapped back to the solution's line.
 """
@@ -29,6 +31,12 @@ from .build import LOG_NAME, BuildError, _capture_fds, build_key, first_errors, 
 from ..core.events import EventWriter
 from .inline import Layout, candidate_files, describe_build_error
 from ..isolate.isolation import die_with_parent
+
+# A folder whose torch/extension.h is torch/types.h, which load_inline prepends to every cuda.cu:
+# first on a recipe's cuda.cu include path, it spares the .cu torch's C++ frontend and Python
+# bindings (about 30 of 60 CPU-s for a generated kernel's .cu: docs/harness-perf.md); a .cu that
+# uses them fails with it, and is compiled again without it.
+CU_HEADER = Path(__file__).resolve().parent / "cu_header"
 
 
 class Built(types.ModuleType):
@@ -72,10 +80,27 @@ def _with_pch(jit_compile, pch: str | None):
     return compile_with
 
 
+def _with_cu_header(jit_compile, on: bool):
+    """cuda.cu's include path with CU_HEADER after the recipe's own folders (nvcc's flags only)."""
+    if not on:
+        return jit_compile
+
+    def compile_with(name, sources, extra_cflags, extra_cuda_cflags, *args, **kwargs):
+        return jit_compile(name, sources, extra_cflags, [*(extra_cuda_cflags or []), f"-I{CU_HEADER}"], *args, **kwargs)
+    return compile_with
+
+
+def _first_error_line(log: str) -> str:
+    found = first_errors(log, limit=1).strip()
+    return (found.splitlines() or ["it failed"])[0][:200]
+
+
 def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit,
-                   pch: str | None = None) -> Path:
+                   pch: str | None = None, cu_header: bool = False) -> Path:
     """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError. `pch`: a
-    folder holding a precompiled torch/extension.h for main.cpp."""
+    folder holding a precompiled torch/extension.h for main.cpp. `cu_header`: its cuda.cu compiled
+    first with CU_HEADER, then, where that fails, without it (the build that counts: its log, its
+    error); `build_end` says which in `cu_header`."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -90,18 +115,31 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     emit("build_start", **info)
     layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
     log_path = build_dir / "harness_build.current.log"
-    cpp_ext._jit_compile = _with_pch(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), pch)
+    jit_compile = _with_pch(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), pch)
     start, cpu = time.monotonic(), _children_cpu_s()
-    try:
-        with _capture_fds(log_path):
-            cpp_ext.load_inline(**params, build_directory=str(build_dir), verbose=True)
-    except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
-        log = log_path.read_text(errors="replace")
-        if str(exc) and str(exc) not in log:
-            log += f"\n{type(exc).__name__}: {exc}\n"
-        emit("build_end", **info, ok=False, seconds=time.monotonic() - start, cpu_s=_children_cpu_s() - cpu, log=log)
-        site = describe_build_error(log, layout, candidate_files(Path(c) for c in recipe.get("callers", [])), _display)
-        raise BuildError(name, log, str(build_dir), site) from None
+    small_first = bool(cu_header and params.get("cuda_sources"))
+    if cu_header and not small_first:
+        info["cu_header"] = "no cuda sources"
+    for small in (True, False) if small_first else (False,):
+        cpp_ext._jit_compile = _with_cu_header(jit_compile, small)
+        try:
+            with _capture_fds(log_path):
+                cpp_ext.load_inline(**params, build_directory=str(build_dir), verbose=True)
+        except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
+            log = log_path.read_text(errors="replace")
+            if small:  # the .cu needs torch's whole header: compiled again with it, the build that counts
+                info["cu_header"] = f"compiled again with torch's header: {_first_error_line(log)}"
+                continue
+            if str(exc) and str(exc) not in log:
+                log += f"\n{type(exc).__name__}: {exc}\n"
+            emit("build_end", **info, ok=False, seconds=time.monotonic() - start, cpu_s=_children_cpu_s() - cpu,
+                 log=log)
+            site = describe_build_error(log, layout, candidate_files(Path(c) for c in recipe.get("callers", [])),
+                                        _display)
+            raise BuildError(name, log, str(build_dir), site) from None
+        if small:
+            info["cu_header"] = "read"
+        break
     log = log_path.read_text(errors="replace")
     (build_dir / LOG_NAME).write_text(log)
     log_path.unlink()
@@ -119,7 +157,7 @@ def main(argv: list[str]) -> None:
     try:
         os.nice(10)  # compiling yields the CPU to the lanes' timed calls
         compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
-                       request["arch"], events.emit, request.get("pch"))
+                       request["arch"], events.emit, request.get("pch"), bool(request.get("cu_header")))
         events.emit("done")
     except BuildError as exc:
         events.emit("error", status="build_error", message=str(exc), detail=exc.log[-20000:], phase="build")

@@ -114,6 +114,7 @@ class Compiler:
     env: dict[str, str]                  # MAX_JOBS, TORCH_CUDA_ARCH_LIST, ...
     limit_s: float                       # timeouts.build_s
     pch: bool = False                    # main.cpp may read a precompiled torch/extension.h (harness/compile/pch.py)
+    cu_header: bool = False              # cuda.cu compiled first with torch/extension.h as torch/types.h (compiler.py)
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""
@@ -134,7 +135,7 @@ class Compiler:
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
             pch, pch_why = reachable_header(pch, pch_why, policy)
         request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch,
-                   "pch": pch}
+                   "pch": pch, "cu_header": self.cu_header}
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
                              phase_limits={"build": self.limit_s},
                              env={**self.env, "CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": self.arch},
@@ -144,7 +145,7 @@ class Compiler:
         ext = {"name": name, "key": end.get("key"), "dir": None, "cached": False, "ok": False,
                "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
                **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {}),
-               **({"pch": pch_why} if pch_why else {})}
+               **({"pch": pch_why} if pch_why else {}), **({"cu_header": end["cu_header"]} if end.get("cu_header") else {})}
         failed = failure(outcome, "(timeouts.build_s)")
         built = build_root / target.name
         if failed is None and not published(built, compile_only):

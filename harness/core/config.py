@@ -159,6 +159,9 @@ class BuildConfig:
     cache_dir: str = ""        # "" = $KB_BUILD_CACHE or ~/.cache/kb-harness/builds
     pch: str = "auto"          # torch/extension.h precompiled for main.cpp (harness/compile/pch.py): auto (CPU runs
                                # and compile-only; CUDA runs once verified on a GPU) | on | off
+    cu_header: str = "auto"    # cuda.cu compiled first with torch/extension.h read as torch/types.h, else again with
+                               # it (harness/compile/compiler.py): auto (compile-only; CUDA runs once verified on a
+                               # GPU) | on | off
 
 
 @dataclass(frozen=True)
@@ -336,6 +339,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "build.jobs must be >= 0")
     if cfg.build.pch not in ("auto", "on", "off"):
         raise BadInput(where, f"build.pch must be one of auto, on, off, got {cfg.build.pch!r}")
+    if cfg.build.cu_header not in ("auto", "on", "off"):
+        raise BadInput(where, f"build.cu_header must be one of auto, on, off, got {cfg.build.cu_header!r}")
     if cfg.sandbox not in ("auto", "required", "off"):
         raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
     lim = cfg.limits

@@ -1,0 +1,74 @@
+"""The compile step (harness/compile/compiler.py compile_recipe) with build.cu_header: a recipe's cuda.cu
+compiled first with torch/extension.h read as torch/types.h, and again with torch's own header where
+that fails, whose log and error are then the build's. The compiler is replaced here by one that
+records its flags and fails where told (the real compiles: tests/test_compile_only.py)."""
+import os
+
+import pytest
+
+from harness.compile import compiler
+from harness.compile.build import BuildError
+
+CUDA_RECIPE = {"params": {"name": "kb_twice", "cpp_sources": "torch::Tensor f(torch::Tensor x);",
+                          "cuda_sources": "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }",
+                          "functions": ["f"]}, "callers": []}
+
+
+def _fake_compiler(monkeypatch, fails):
+    """A compiler for _build_only that records each attempt's CUDA flags and fails where `fails(flags)`."""
+    attempts = []
+
+    def build_only(cpp_ext):
+        def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, *args, **kwargs):
+            flags = list(extra_cuda_cflags or [])
+            attempts.append(flags)
+            if fails(flags):
+                os.write(1, b'cuda.cu(2): error: namespace "torch" has no member "nn"\n')   # as the compiler writes
+                raise RuntimeError(f"Error building extension '{name}'")
+            os.write(1, b"built\n")
+            return compiler.Built(name)
+        return jit_compile
+
+    monkeypatch.setattr(compiler, "_build_only", build_only)
+    return attempts
+
+
+def _compile(tmp_path, recipe, cu_header):
+    events = []
+    compiler.compile_recipe(recipe, tmp_path, False, "9.0", lambda kind, **kw: events.append((kind, kw)),
+                            cu_header=cu_header)
+    return [kw for kind, kw in events if kind == "build_end"][0]
+
+
+def test_a_cu_that_compiles_with_the_small_header_is_built_once_with_it(tmp_path, monkeypatch):
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: False)
+    end = _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+    assert attempts == [[f"-I{compiler.CU_HEADER}"]]
+    assert end["ok"] and end["cu_header"] == "read"
+    assert (compiler.CU_HEADER / "torch" / "extension.h").read_text().count("#include <torch/types.h>") == 1
+
+
+def test_a_cu_that_needs_torchs_whole_header_is_compiled_again_with_it_and_builds(tmp_path, monkeypatch):
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: f"-I{compiler.CU_HEADER}" in flags)
+    end = _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+    assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
+    assert end["ok"] and end["cu_header"].startswith("compiled again with torch's header: ")
+    assert "has no member" in end["cu_header"] and "error" not in end["log"]   # the log is the build that counts
+
+
+def test_a_cu_that_fails_either_way_fails_with_torchs_header_and_its_error(tmp_path, monkeypatch):
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: True)
+    with pytest.raises(BuildError) as raised:
+        _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+    assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
+    assert "has no member" in raised.value.log
+
+
+def test_off_or_without_cuda_sources_it_is_built_as_before(tmp_path, monkeypatch):
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: False)
+    end = _compile(tmp_path / "off", CUDA_RECIPE, cu_header=False)
+    assert attempts == [[]] and "cu_header" not in end
+    cpp_only = {"params": {k: v for k, v in CUDA_RECIPE["params"].items() if k != "cuda_sources"}, "callers": []}
+    cpp_only["params"]["cpp_sources"] = "torch::Tensor f(torch::Tensor x) { return x; }"
+    end = _compile(tmp_path / "cpp", cpp_only, cu_header=True)
+    assert attempts[1:] == [[]] and end["cu_header"] == "no cuda sources"
