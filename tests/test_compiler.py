@@ -3,6 +3,7 @@ compiled first with torch/extension.h read as torch/types.h, and again with torc
 that fails, whose log and error are then the build's. The compiler is replaced here by one that
 records its flags and fails where told (the real compiles: tests/test_compile_only.py)."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,14 +15,17 @@ CUDA_RECIPE = {"params": {"name": "kb_twice", "cpp_sources": "torch::Tensor f(to
                           "functions": ["f"]}, "callers": []}
 
 
-def _fake_compiler(monkeypatch, fails):
-    """A compiler for _build_only that records each attempt's CUDA flags and fails where `fails(flags)`."""
+def _fake_compiler(monkeypatch, fails, seen=None):
+    """A compiler for _build_only that records each attempt's CUDA flags (and in `seen` the sources
+    load_inline wrote) and fails where `fails(flags)`."""
     attempts = []
 
     def build_only(cpp_ext):
         def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, *args, **kwargs):
             flags = list(extra_cuda_cflags or [])
             attempts.append(flags)
+            if seen is not None:
+                seen.append({Path(p).name: Path(p).read_text() for p in sources})
             if fails(flags):
                 os.write(1, b'cuda.cu(2): error: namespace "torch" has no member "nn"\n')   # as the compiler writes
                 raise RuntimeError(f"Error building extension '{name}'")
@@ -72,3 +76,17 @@ def test_off_or_without_cuda_sources_it_is_built_as_before(tmp_path, monkeypatch
     cpp_only["params"]["cpp_sources"] = "torch::Tensor f(torch::Tensor x) { return x; }"
     end = _compile(tmp_path / "cpp", cpp_only, cu_header=True)
     assert attempts[1:] == [[]] and end["cu_header"] == "no cuda sources"
+
+
+def test_the_second_attempt_compiles_the_same_sources_as_the_first(tmp_path, monkeypatch):
+    """load_inline adds its headers (and main.cpp's binding) to the lists it is given: each attempt
+    gets its own copy of the recipe, so the build that counts compiles what a single build would
+    (its error lines where they are; one binding, not two)."""
+    seen = []
+    _fake_compiler(monkeypatch, fails=lambda flags: f"-I{compiler.CU_HEADER}" in flags, seen=seen)
+    recipe = {"params": {**CUDA_RECIPE["params"], "cpp_sources": [CUDA_RECIPE["params"]["cpp_sources"]],
+                         "cuda_sources": [CUDA_RECIPE["params"]["cuda_sources"]]}, "callers": []}
+    _compile(tmp_path, recipe, cu_header=True)
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert seen[1]["main.cpp"].count("PYBIND11_MODULE") == 1 and seen[1]["cuda.cu"].count("torch/types.h") == 1
+    assert recipe["params"]["cuda_sources"] == [CUDA_RECIPE["params"]["cuda_sources"]]   # the recipe as it was

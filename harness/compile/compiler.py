@@ -17,6 +17,7 @@ error with a build_error's message mapped back to the solution's line.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -123,8 +124,8 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     for small in (True, False) if small_first else (False,):
         cpp_ext._jit_compile = _with_cu_header(jit_compile, small)
         try:
-            with _capture_fds(log_path):
-                cpp_ext.load_inline(**params, build_directory=str(build_dir), verbose=True)
+            with _capture_fds(log_path):  # a copy each time: load_inline adds its headers to the lists it is given
+                cpp_ext.load_inline(**copy.deepcopy(params), build_directory=str(build_dir), verbose=True)
         except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
             log = log_path.read_text(errors="replace")
             if small:  # the .cu needs torch's whole header: compiled again with it, the build that counts
