@@ -380,6 +380,8 @@ def test_cu_header_check_compares_host_functions_up_to_addresses_and_string_offs
     assert found["functions"] == 2 and found["differ"] == ["_Z1gi"]        # f: the same string, another offset
     assert found["only_torch_header"] == 1 and found["only_small_header"] == 1
     assert found["kernels_same"] is False                                   # no device code to be the same
+    assert check._in_std("void std::__cxx11::basic_string<char>::_M_construct<char const*>(char const*)")
+    assert not check._in_std("matmul_cuda(at::Tensor, at::Tensor)") and not check._in_std("c10::SymNodeImpl::neg()")
 
 
 def test_cu_header_check_takes_the_recipes_own_nvcc_command(tmp_path):

@@ -122,6 +122,11 @@ def _demangle(names: list[str]) -> list[str]:
     return out if len(out) == len(names) else names
 
 
+def _in_std(demangled: str) -> bool:
+    """A function of the C++ standard library (its return type may come first)."""
+    return re.match(r"^(?:[\w:<>, *&]+ )?std::", demangled) is not None
+
+
 def files_of(args: list[str]) -> list[Path]:
     files = []
     for arg in args:
@@ -167,7 +172,8 @@ def main(argv: list[str]) -> int:
           f"{sum(p['small_rc'] != 0 and p['torch_rc'] == 0 for p in pairs)} only with torch's header, "
           f"{sum(p['small_rc'] == 0 and p['torch_rc'] != 0 for p in pairs)} only with the small one; "
           f"kernels the same in {sum(p['kernels_same'] for p in both)}; every common host function the same in "
-          f"{sum(not p['differ'] for p in both)}; CPU-s {sum(p['small_cpu_s'] for p in both):.0f} with the small "
+          f"{sum(not p['differ'] for p in both)}, all but the standard library's (std::) in "
+          f"{sum(all(_in_std(d) for d in p['differ']) for p in both)}; CPU-s {sum(p['small_cpu_s'] for p in both):.0f} with the small "
           f"header against {sum(p['torch_cpu_s'] for p in both):.0f}")
     return 0
 
