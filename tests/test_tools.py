@@ -322,6 +322,13 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert out[3] == "lane a pair: median 4.00 s, sum 12 s; lanes idle 60% of 1 x 30 s"
     assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0
     assert "wall 90 s over 2 call(s): 120 an hour" in capsys.readouterr().out
+    for i, said in enumerate(["read", "compiled again with torch's header: cuda.cu(3): error: ..."]):
+        result = json.loads((run / f"p-s{i}.json").read_text())
+        result["build"]["extensions"][0].update(key=f"c{i}", cu_header=said)
+        (run / f"p-s{i}.json").write_text(json.dumps(result))
+    assert corpus_verdicts.main(["phases", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith(
+        "(build.cu_header) in 1 of 2 recipes")
 
 
 def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
