@@ -74,7 +74,8 @@ def test_a_cu_compiles_with_torch_extension_h_read_as_torch_types_h_unless_it_fa
     torch/extension.h) compile with the small header; a .cu that fails with it is compiled again
     with torch's own, whose error is the one reported (test_cuda_compile_error_maps_to_the_solution_line)."""
     fresh = [r for v in compiled.values() if v["path"].startswith("solutions/") for r in v["recipes"] if not r["cached"]]
-    assert all(r["cu_header"] == "read" for r in fresh if "cu_header" in r), fresh
+    assert all(r["cu_header"] in ("read", "no cuda sources") for r in fresh), fresh   # a C++ recipe has none
+    assert not fresh or sum(r["cu_header"] == "read" for r in fresh) >= 8   # the library, direct, 4 fused, 2 more
     failed = compiled["tests/fixtures/solutions/cuda_type_dispatch.py"]
     assert failed["recipes"][0]["cu_header"].startswith("compiled again with torch's header: ")
     assert "DeprecatedTypeProperties" in failed["message"]
