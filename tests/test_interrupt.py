@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from harness import REPO_ROOT
 from harness.core.store import load_run
 from conftest import FIXTURES
@@ -18,8 +20,13 @@ from conftest import FIXTURES
 CPP_ADD = REPO_ROOT / "solutions" / "examples" / "elementwise_add" / "cpp_add.py"
 
 
-def start(args: list[str], tmp_path: Path, stdin: str | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "run_eval.py", *args, "--config", str(FIXTURES / "configs" / "fast.yaml"),
+# a run on CUDA halts the same way (marked gpu: the GPU smoke runs them)
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+
+
+def start(args: list[str], tmp_path: Path, stdin: str | None = None, device: str = "cpu") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "run_eval.py", *args, "--device", device,
+                             "--config", str(FIXTURES / "configs" / "fast.yaml"),
                              "--results-dir", str(tmp_path / "results"), "--run-id", "stopped"],
                             cwd=REPO_ROOT, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -55,11 +62,12 @@ def left_running(marker: str) -> list[str]:
     return [line for line in found if "pgrep" not in line]
 
 
-def test_a_batch_stopped_while_it_builds_ends_at_once_and_kills_its_build(tmp_path):
+@DEVICES
+def test_a_batch_stopped_while_it_builds_ends_at_once_and_kills_its_build(tmp_path, device):
     marker = f"kb_stop_{uuid.uuid4().hex[:12]}"   # a recipe no cache holds: it must be built
     text = CPP_ADD.read_text().replace('name="elementwise_add_cpp"', f'name="{marker}"')
     assert marker in text
-    proc = start(["batch", "-"], tmp_path, stdin="")
+    proc = start(["batch", "-"], tmp_path, stdin="", device=device)
     proc.stdin.write(json.dumps({"problem": "elementwise_add", "source": text, "tag": 1}) + "\n")
     proc.stdin.close()
     proc.stdin = None   # (communicate would flush it)
@@ -71,19 +79,20 @@ def test_a_batch_stopped_while_it_builds_ends_at_once_and_kills_its_build(tmp_pa
     took, out, err = stopped_within(proc, 30)
     assert proc.returncode == 130, err[-3000:]
     assert took < 30, (took, err[-3000:])
-    assert "interrupted: the rest: python run_eval.py batch - --config" in err and "--resume --run-id stopped" in err
+    assert f"interrupted: the rest: python run_eval.py batch - --device {device} --config" in err and "--resume --run-id stopped" in err
     assert out.strip() == ""                                   # no verdict: the pair was cut short
     assert load_run(tmp_path / "results" / "stopped") == []    # nothing recorded of it
     time.sleep(1)
     assert left_running(marker) == []                           # no compile left behind
 
 
-def test_the_main_command_stopped_while_a_lane_judges_ends_at_once(tmp_path):
+@DEVICES
+def test_the_main_command_stopped_while_a_lane_judges_ends_at_once(tmp_path, device):
     slow = tmp_path / "slow_construct.py"
     slow.write_text("import time\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                     "    def __init__(self):\n        super().__init__()\n        time.sleep(120)\n\n"
                     "    def forward(self, a, b):\n        return a + b\n")
-    proc = start(["--problem", "elementwise_add", "--solution", str(slow)], tmp_path)
+    proc = start(["--problem", "elementwise_add", "--solution", str(slow)], tmp_path, device=device)
     wait_for(proc, "lane(s)", "stdout")      # the main command's progress is on its standard output
     time.sleep(8)   # the lane's worker is constructing ModelNew (fast.yaml: run_s 25)
     took, out, err = stopped_within(proc, 15)
@@ -95,7 +104,6 @@ def test_the_main_command_stopped_while_a_lane_judges_ends_at_once(tmp_path):
 
 def test_a_batch_whose_stop_is_set_from_another_thread_raises_run_stopped_at_once(tmp_path):
     import threading
-    import pytest
     from harness.cli.batch import judge_batch
     from harness.core.config import load_config, with_overrides
     from harness.run.runner import RunStopped

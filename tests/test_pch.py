@@ -140,3 +140,13 @@ def test_a_header_the_build_uid_cannot_reach_is_not_put_on_its_path(tmp_path):
     policy = {"uid": 12345, "readable": [str(folder.resolve())]}
     assert reachable_header(str(folder), "read", policy) == (str(folder), "read")
     assert policy["readable"] == [str(folder.resolve())]
+
+
+def test_every_device_reads_it_unless_it_is_off(tmp_path):
+    """`auto` is `on` for CUDA runs too since the GPU smoke ran with it (it was CPU-only until then)."""
+    from harness.run.pipeline import RunContext
+    for device, mode, wanted in (("cuda", "auto", True), ("cpu", "auto", True), ("cuda", "on", True),
+                                 ("cuda", "off", False), ("cpu", "off", False)):
+        cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"build.pch": mode})
+        ctx = RunContext("r", cfg, device, "9.0" if device == "cuda" else "cpu", tmp_path / "cache", tmp_path / "work")
+        assert ctx.compiler().pch is wanted, (device, mode)

@@ -77,10 +77,9 @@ class RunContext:
 
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
-        pch = self.cfg.build.pch == "on" or (self.cfg.build.pch == "auto" and self.device == "cpu")  # CUDA: to verify
         cu_header = self.cfg.build.cu_header == "on"   # auto: compile-only (a CPU run builds no CUDA); CUDA: to verify
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
-                        self.worker_env(), self.cfg.timeouts.build_s, pch, cu_header)
+                        self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off", cu_header)
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""

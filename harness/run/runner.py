@@ -277,7 +277,7 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
         lanes.add(wanted, info)
         with reaping(cfg.cluster != "ray" and cfg.sandbox != "off"):  # orphans of build steps come back here
             return _run(pairs, cfg, run_id, resume, out, info, lanes, cache_dir, extra, plan, width, yardsticks,
-                        on_result, stop or threading.Event(), halts(info["device"]))
+                        on_result, stop or threading.Event())
     finally:
         lanes.close()
 
@@ -318,13 +318,6 @@ def keep_lane_logs(store: Store, lanes: list[LaneProc]) -> None:
             shutil.copyfile(log, logs / f"lane{lane.index}-{log.stem.split('-')[-1]}.log")
 
 
-def halts(device: str) -> bool:
-    """Whether a stop or an interrupt halts the run at once (Halting). Off on CUDA until run on a
-    GPU (the rule for a change to how solution code is run there): a stopped CUDA run ends as
-    before, once its builds in flight and queued are done; tests/test_interrupt.py on the CPU."""
-    return device != "cuda"
-
-
 class RunStopped(Exception):
     """evaluate's `stop` was set: the run ended early (what it recorded is stored)."""
 
@@ -335,12 +328,11 @@ class Halting:
     caller, from another thread), the run halts: no pair recorded or started after that, the
     steps in flight and the lanes killed, the pool's queue dropped."""
 
-    def __init__(self, stopping: threading.Event, pool: ThreadPoolExecutor, lanes: list[LaneProc], on: bool = True):
-        self.stopping, self.pool, self.lanes, self.on, self.done = stopping, pool, lanes, on, threading.Event()
+    def __init__(self, stopping: threading.Event, pool: ThreadPoolExecutor, lanes: list[LaneProc]):
+        self.stopping, self.pool, self.lanes, self.done = stopping, pool, lanes, threading.Event()
 
     def __enter__(self) -> ThreadPoolExecutor:
-        if self.on:
-            threading.Thread(target=self._watch, daemon=True, name="halting").start()
+        threading.Thread(target=self._watch, daemon=True, name="halting").start()
         return self.pool
 
     def _watch(self) -> None:
@@ -358,9 +350,6 @@ class Halting:
 
     def __exit__(self, kind, exc, tb) -> None:
         self.done.set()
-        if not self.on:  # as before: the builds in flight and queued finish first
-            self.pool.shutdown(wait=True)
-            return
         stopped = self.stopping.is_set()  # by the caller (not by leaving this on an exception)
         if kind is not None or stopped:
             self.halt()
@@ -374,10 +363,8 @@ class Halting:
 def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callable[[str], None],
          info: dict[str, Any], fleet, cache_dir: Path, extra: dict[str, list], plan: sandbox.Plan,
          width: int | None, yardsticks: dict[tuple[str, str], tuple[str, str]] | None,
-         on_result: Callable[[EvalResult], None], stopping: threading.Event, halt: bool) -> list[EvalResult]:
+         on_result: Callable[[EvalResult], None], stopping: threading.Event) -> list[EvalResult]:
     device = info["device"]
-    if not halt:
-        stopping = threading.Event()  # (CUDA until verified: a stop is not acted on)
     lanes = fleet.all
     unchanged = unchanged_since(pairs, yardsticks, cfg, device)
     pairs = [p for p in pairs if (p.problem.id, p.solution.name) not in set(unchanged.values())]
@@ -531,8 +518,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))), lanes,
-                 halt) as pool:
+    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))), lanes) as pool:
         list(pool.map(build, leaders))
         for thread in threads:
             thread.join()
