@@ -10,7 +10,7 @@ import pytest
 
 from harness.verdict import checks
 from harness.core.config import load_config, with_overrides
-from harness.verdict.judge import ProblemState
+from harness.verdict.truth import ProblemState
 from harness.core.problems import make_inputs
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 

@@ -91,14 +91,14 @@ def test_a_right_timed_output_is_settled_by_the_screen_without_a_float64_truth_o
     lane, problem, seeds = _judgement(tmp_path)
     pj = lane.begin(problem, seeds, TOLERANCES)
     _trials(pj)
-    bound = pj.screen_bound(0)
+    bound = pj.truths.screen_bound(0)
     assert bound["trials"] == 3 and 0 < bound["max_abs"] < 5e-5 and 0 < bound["rel_l2"] < 1e-5
-    computed = pj.truth_computed
+    computed = pj.truths.computed
     taken = _taken(pj, "timed", 40, 1001, lambda o, s: o)
     assert pj.screen(taken)
     result = pj.results[-1]
     assert result["ok"] and result["precision"] == "fp32" and result["screened"]["against"] == "float32_strict"
-    assert pj.truth_computed == computed and pj.screened == 1
+    assert pj.truths.computed == computed and pj.screened == 1
     assert pj.report()["truth"]["screened"] == 1 and pj.report()["checked"]["timed"] == 1
 
 
@@ -127,7 +127,7 @@ def test_no_screen_without_trials_measured_in_float64_or_for_a_class_set_by_roun
     lane, problem, seeds = _judgement(tmp_path, trials=(11,))
     pj = lane.begin(problem, seeds, TOLERANCES)
     _trials(pj)
-    assert pj.screen_bound(0) is None  # one trial: no bound
+    assert pj.truths.screen_bound(0) is None  # one trial: no bound
     assert not pj.screen(_taken(pj, "timed", 1, 3001, lambda o, s: o))
     lane, problem, seeds = _judgement(tmp_path)
     rounded = {"tf32": {**TOLERANCES["tf32"], "between": 0.75}}

@@ -82,8 +82,7 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         if lane.device == "cpu":  # a float64 ground truth past the lane's memory is found first, in seconds
             try:
                 first = job["seeds"]["shapes"][0]["trials"][0]
-                lane.judge.begin(problem, job["seeds"], tolerances, run).truth(0, first, problem.inputs({}, first,
-                                                                                                     casts(run)))
+                lane.judge.truths(problem, job["seeds"], run).truth(0, first, problem.inputs({}, first, casts(run)))
             except Exception as exc:  # noqa: BLE001 - whatever else fails here fails again below, blamed
                 if sandbox.allocation_failed(exc):
                     return result(Status.SKIPPED, does_not_fit("its float64 ground truth", exc), phase="reference")
@@ -164,8 +163,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
             return result(Status.HARNESS_ERROR, f"the lane failed while judging: {type(exc).__name__}: {exc}",
                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), "judge")
         sample_s = time.monotonic() - t0
-    phases["truth_s"] = judgement.truth_s
-    phases["judge_s"] = max(0.0, w.handoff_s + sample_s - judgement.truth_s)
+    phases["truth_s"] = judgement.truths.seconds
+    phases["judge_s"] = max(0.0, w.handoff_s + sample_s - judgement.truths.seconds)
     if w.rounds_s:
         phases["reference_s"] = phases.get("reference_s", 0.0) + w.rounds_s
     spent["gpu_s"] += sum(v for k, v in (outcome.last("gpu_time") or {}).items() if k.endswith("_s"))

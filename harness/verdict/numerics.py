@@ -62,7 +62,7 @@ def ground_truth(model: torch.nn.Module, inputs: Sequence[Any], device,
 def strict_float32(model: torch.nn.Module, inputs: Sequence[Any], device) -> Any:
     """`model` run in float32 with TF32 off (half-precision parameters, buffers and inputs upcast):
     the ground truth of a model that cannot run in float64, and the reference a timed output is
-    screened against (judge.PairJudgement.screen)."""
+    screened against (screen.screened)."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     half = (torch.float16, torch.bfloat16)
