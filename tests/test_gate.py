@@ -150,7 +150,7 @@ def test_a_regression_is_called_only_when_the_whole_interval_lies_beyond_the_lim
 
 
 # the pair's 10 rounds, and where their interval was wider than timing.gate_precision, more of the
-# yardstick alone (harness/run/rounds.py ReferenceRounds.settle), up to timing.gate_max_rounds in all
+# yardstick alone (harness/run/yardstick.py Yardstick.settle), up to timing.gate_max_rounds in all
 SAME_ROUNDS = re.compile(r"in the same 10 rounds( and (\d+) more of the two alone)?, in one process")
 
 

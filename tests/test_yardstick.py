@@ -63,7 +63,7 @@ def test_two_versions_in_one_process_each_import_their_own_helpers(tmp_path):
 
 
 def test_a_yardstick_block_of_short_calls_lasts_long_enough_to_have_a_steady_median():
-    from harness.run.rounds import yardstick_calls
+    from harness.run.yardstick import yardstick_calls
     assert yardstick_calls(10, [], 20.0, 1000) == 10                       # round 0: the solution's round
     assert yardstick_calls(10, [[0.14] * 10], 20.0, 1000) == 143           # 902 / fast: 20 ms of 0.14 ms calls
     assert yardstick_calls(10, [[1.3] * 10], 20.0, 1000) == 16             # 69 / fast
@@ -88,32 +88,29 @@ class FakeYardstick:
 
 
 def rounds_with(yardstick, rounds: int, **timing):
-    from types import SimpleNamespace
-
-    from harness.run.rounds import ReferenceRounds
-    r = object.__new__(ReferenceRounds)
-    r.lane, r.cpus, r.calls, r.yardstick, r.settled = SimpleNamespace(device="cpu"), None, 10, yardstick, 0
-    r.timer_name = "host"
-    r.t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, "gate_max_regression": 0.05, **timing}
+    from harness.run.yardstick import Yardstick
+    t = {"confidence": 0.95, "gate_max_rounds": 50, "gate_precision": 0.025, "gate_max_regression": 0.05, **timing}
+    r = Yardstick(yardstick, t, None, wait_idle=lambda: 0.0, end=lambda worker: None)
+    r.calls = 10
     for n in range(rounds):
-        r._yardstick_round(n)
+        r.round(n)
     return r
 
 
 def test_the_gate_adds_yardstick_rounds_only_where_its_interval_is_wider_than_gate_precision():
     steady = rounds_with(FakeYardstick(0.002), 10)
-    assert steady.settle() == 0 and len(steady.yardstick.by_role["then"]) == 10    # ten rounds decide: nothing added
+    assert steady.settle() == 0 and len(steady.worker.by_role["then"]) == 10    # ten rounds decide: nothing added
     noisy = rounds_with(FakeYardstick(0.15), 10)
     added = noisy.settle()
-    then, now = noisy.yardstick.by_role["then"], noisy.yardstick.by_role["now"]
+    then, now = noisy.worker.by_role["then"], noisy.worker.by_role["now"]
     assert added > 0 and len(then) == len(now) == 10 + added <= 50
     # then and now in turns as in the pair's rounds: then first in even rounds, now first in odd ones
-    assert noisy.yardstick.served[20:24] == ["then", "now", "now", "then"]
-    assert len(then) == 50 or noisy._gate_can_stop(then, now, 0.025)   # stopped at the cap, or decided or narrow
+    assert noisy.worker.served[20:24] == ["then", "now", "now", "then"]
+    assert len(then) == 50 or noisy.can_stop(then, now, 0.025)   # stopped at the cap, or decided or narrow
     capped = rounds_with(FakeYardstick(0.15), 10, gate_max_rounds=10)
     assert capped.settle() == 0                                            # gate_max_rounds <= rounds: none added
     gone = rounds_with(FakeYardstick(0.15), 10)
-    gone.yardstick.failed = "it exited"
+    gone.worker.failed = "it exited"
     assert gone.settle() == 0                                              # a failed yardstick is left alone
 
 
@@ -125,7 +122,7 @@ def gate_reads(r) -> tuple[str, tuple[float, float]]:
     from harness.record.gate import same_rounds_change
     from harness.run.rounds import BlockWorker
     from harness.verdict.timing import change_called
-    then, now = (BlockWorker.stats(r.yardstick, "host", role) for role in ("then", "now"))
+    then, now = (BlockWorker.stats(r.worker, "host", role) for role in ("then", "now"))
     _, interval, one = same_rounds_change(SimpleNamespace(timing={"yardstick": {**then, "now": now}}))
     assert one
     return change_called(interval, r.t["gate_max_regression"]), interval
@@ -147,8 +144,8 @@ def test_the_gate_adds_no_rounds_where_its_interval_already_decides_the_call():
     held = rounds_with(FakeYardstick(0.15), 10)
     assert held.settle() > 0
     called, (low, high) = gate_reads(held)
-    then, now = held.yardstick.by_role["then"], held.yardstick.by_role["now"]
-    assert len(then) == 50 or held._gate_can_stop(then, now, 0.025)      # at the cap, or decided or narrow
+    then, now = held.worker.by_role["then"], held.worker.by_role["now"]
+    assert len(then) == 50 or held.can_stop(then, now, 0.025)      # at the cap, or decided or narrow
 
 
 def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
@@ -156,17 +153,14 @@ def test_the_yardstick_times_in_gate_rounds_of_the_pairs_rounds_spread_evenly():
     are in every third (10), each with the calls of three of the pair's rounds, so the pair's rounds
     do not make the gate dearer; then and now keep their turns by the yardstick's own count, and
     `pair_rounds` says which of the pair's rounds they shared."""
-    from types import SimpleNamespace
-
-    from harness.run.rounds import gate_turn
+    from harness.run.yardstick import gate_turn
     assert [n for n in range(30) if gate_turn(n, 30, 10)] == list(range(0, 30, 3))
     assert [n for n in range(10) if gate_turn(n, 10, 10)] == list(range(10))
     assert [n for n in range(5) if gate_turn(n, 5, 10)] == list(range(5))          # fewer rounds: in each
     assert [n for n in range(25) if gate_turn(n, 25, 10)] == list(range(0, 20, 2))  # never more than gate_rounds
     r = rounds_with(FakeYardstick(0.01), 0, gate_rounds=10)
-    r.reference, r.pair_rounds = SimpleNamespace(failed="not here"), []
     for n in range(30):
-        r.block({"n": n, "of": 30, "calls": 10})
-    assert r.pair_rounds == list(range(0, 30, 3)) and len(r.yardstick.by_role["then"]) == 10
-    assert {len(b) for b in r.yardstick.by_role["then"] + r.yardstick.by_role["now"]} == {30}   # 3 rounds' calls
-    assert r.yardstick.served[:4] == ["then", "now", "now", "then"]
+        r.in_round({"n": n, "of": 30, "calls": 10})
+    assert r.pair_rounds == list(range(0, 30, 3)) and len(r.worker.by_role["then"]) == 10
+    assert {len(b) for b in r.worker.by_role["then"] + r.worker.by_role["now"]} == {30}   # 3 rounds' calls
+    assert r.worker.served[:4] == ["then", "now", "now", "then"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How many rounds would the CI gate's yardstick add under its stopping rule? Replays
-`ReferenceRounds.settle`'s look (harness/run/rounds.py: stop where the gate's interval decides the
+`Yardstick.settle`'s look (harness/run/yardstick.py: stop where the gate's interval decides the
 call at 1 - max_regression, or lies within `precision` of the ratio) over the rounds a recorded
 gate run timed, at prefixes of 10, 15, ... rounds, and prints per pair the rounds it added then
 and the rounds the rule would add, with the interval where it would stop. An approximation: the

@@ -1,10 +1,9 @@
 """The other halves of a pair's timing rounds, run by the lane: the reference worker's blocks
 before each of the solution's rounds, and in the CI gate the yardstick worker's blocks of the
-solution as it was and as it is (ReferenceRounds), each worker served one block at a time
-(BlockWorker)."""
+solution as it was and as it is (ReferenceRounds; the yardstick's turns: harness/run/yardstick.py),
+each worker served one block at a time (BlockWorker)."""
 from __future__ import annotations
 
-import math
 import signal
 import time
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from .pool import kill, signal_spare
 from ..core.precision import strict_role
 from ..verdict.sample import TimedSample
 from .request import _request, every_timed_call
+from .yardstick import Yardstick
 
 
 class BlockWorker:
@@ -135,25 +135,12 @@ class ReferenceRounds:
     records what it found (`disturbed`). Should the reference worker fail (out of memory, say), the
     pair keeps the lane's earlier measurement and says why (`rounds_failed`).
 
-    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) timing.gate_rounds
-    of the rounds (spread evenly: every third of 30) have two more blocks, between the reference's
-    and the solution's, of a yardstick worker (worker.run_yardstick): one process that holds the
-    solution as it was at the revision ("then") and as it is ("now"), each timed for as many calls
-    as the solution's rounds it stands for, in turns (then first in the yardstick's even rounds,
-    now first in its odd ones); `pair_rounds` says which. The gate's now/then ratio is a bootstrap
-    over those rounds (harness/record/gate.py): two models of one process, in the same rounds, which
-    neither an offset between two processes nor the machine's drift can bias. Where "now" could
-    not be imported beside "then", "then" alone is timed and compared with the solution's own
-    blocks. Should the worker fail, the pair is judged as ever and says why (`yardstick_failed`)."""
+    In the CI gate (run_eval.py check --timing --baseline-rev; job["yardstick"]) some of the rounds
+    have two more blocks, between the reference's and the solution's, of a yardstick worker: the
+    solution as it was at the revision and as it is, in one process (harness/run/yardstick.py).
+    Should that worker fail, the pair is judged as ever and says why (`yardstick_failed`)."""
 
     IDLE_MS = 1.0      # a tiny kernel and a sync take tens of microseconds on an idle GPU
-    # A yardstick block lasts at least this long (at most YARDSTICK_CALLS calls): a launch-bound
-    # solution's round of 10 calls of 0.14 ms (902 / fast on the H200) gave each block a median
-    # of 10 noisy calls, and the gate's interval a width of 5-40% (docs/harness-perf.md). The
-    # yardstick's blocks serve the gate only; the pair's own timing is unchanged.
-    YARDSTICK_BLOCK_MS = 20.0
-    YARDSTICK_CALLS = 1000
-    SETTLE_STEP = 5    # settle(): the rounds added between two looks at the gate's interval
 
     def __init__(self, lane, problem, job: dict[str, Any], entry: dict[str, Any], role_of, limits: dict[str, Any],
                  tolerances: dict[str, Any]):
@@ -167,27 +154,30 @@ class ReferenceRounds:
         self.cpus = placement.timing_cpus(self.t.get("pin_cpu", "auto"), lane.device, lane.env["lane"]["index"],
                                           lane.cpus)
         self.solution = placement.TimedWorker(self.cpus, lane.cpus)
-        self.calls = 1               # the calls of the solution's last round (times gate_step: the yardstick's)
-        self.settled = 0             # the yardstick's rounds added after the solution's (settle)
-        self.pair_rounds: list[int] = []   # the solution's rounds the yardstick timed a round in
         hint = entry.get("out_bytes", 0)
         spare = lane.references.worker_for(job, lambda spare: _request(job, "reference", spare, hint))
         self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
         self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
-        self.yardstick: BlockWorker | None = None
+        self.yardstick: Yardstick | None = None
         if job.get("yardstick"):
-            then = job["yardstick"]
-            both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
-            spare = lane.pool.take()
-            spare.state = "starting"
-            self.yardstick = BlockWorker(lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
-            try:
-                spare.channel.send({"op": "run", "request": {
-                    **_request(both, "yardstick", spare, hint),
-                    "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources")),
-                                  "quiet": self.t.get("gate_handoff", "on") == "off"}}})
-            except ChannelClosed as exc:
-                self.yardstick.failed = f"the yardstick worker failed: {exc}"
+            worker = self._yardstick_worker(limits, tolerances, hint)
+            self.yardstick = Yardstick(worker, self.t, self.cpus, self.wait_idle, self._end)
+
+    def _yardstick_worker(self, limits: dict[str, Any], tolerances: dict[str, Any], hint: int) -> BlockWorker:
+        """A worker of the lane's pool asked to hold the solution as it was ("then") and as it is."""
+        job, then = self.job, self.job["yardstick"]
+        both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
+        spare = self.lane.pool.take()
+        spare.state = "starting"
+        worker = BlockWorker(self.lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
+        try:
+            spare.channel.send({"op": "run", "request": {
+                **_request(both, "yardstick", spare, hint),
+                "yardstick": {"then": then["solution_path"], "same_sources": bool(then.get("same_sources")),
+                              "quiet": self.t.get("gate_handoff", "on") == "off"}}})
+        except ChannelClosed as exc:
+            worker.failed = f"the yardstick worker failed: {exc}"
+        return worker
 
     @property
     def failed(self) -> str:
@@ -195,7 +185,7 @@ class ReferenceRounds:
 
     @property
     def gpu_s(self) -> float:
-        return self.reference.gpu_s + (self.yardstick.gpu_s if self.yardstick is not None else 0.0)
+        return self.reference.gpu_s + (self.yardstick.worker.gpu_s if self.yardstick is not None else 0.0)
 
     def _sink(self, tolerances: dict[str, Any], name: str):
         """Where a block worker's handed-over outputs go: taken as the solution's, into a sample of
@@ -211,7 +201,7 @@ class ReferenceRounds:
         """The block workers stopped while the solution's worker times (they may still be setting up)."""
         self.reference.pause()
         if self.yardstick is not None:
-            self.yardstick.pause()
+            self.yardstick.worker.pause()
 
     def block(self, message: dict[str, Any]) -> None:
         """The blocks before the solution's round `message` (its "round" event): the reference's,
@@ -230,63 +220,13 @@ class ReferenceRounds:
                 self.reference.serve(self.role, each, self.cpus)
             if self.reference.failed:
                 self._end(self.reference)
-        n, of, most = int(message.get("n", 0)), int(message.get("of", 1)), int(self.t.get("gate_rounds", 10))
-        self.calls = int(message.get("calls", 1)) * gate_step(of, most)   # the calls of the rounds it stands for
-        y = self.yardstick
-        if y is not None and not y.failed and gate_turn(n, of, most):
-            done = len(y.by_role.get("then", []))
-            self._yardstick_round(done)
-            if len(y.by_role.get("then", [])) > done:
-                self.pair_rounds.append(n)
-
-    def _yardstick_round(self, n: int) -> None:
-        """The yardstick's round `n` (its own count): "then" and "now" in turns (then first in
-        even rounds)."""
-        y = self.yardstick
-        if y is None or y.failed:
-            return
-        calls = yardstick_calls(self.calls, y.by_role.get("then", []), self.YARDSTICK_BLOCK_MS, self.YARDSTICK_CALLS)
-        for role in ("then", "now") if n % 2 == 0 else ("now", "then"):
-            if role == "now" and "now" not in y.versions.get("roles", ()):
-                continue
-            self.wait_idle()
-            if not y.serve(role, calls, self.cpus):
-                self._end(y)
-                break
+        if self.yardstick is not None:
+            self.yardstick.in_round(message)
 
     def settle(self) -> int:
-        """After the solution's rounds (its worker ended): where the gate's now/then interval of
-        the rounds so far could still change the gate's call (it holds 1 - timing.gate_max_regression,
-        the threshold of a regression) and is wider than timing.gate_precision at either end, more
-        rounds of the yardstick alone, then and now in turns as before, until it is not or
-        timing.gate_max_rounds rounds are done (looked at every SETTLE_STEP rounds). The interval
-        looked at is the gate's own (timing.same_rounds_ratio of the rounds as
-        recorded), so the rounds stop only where the call is made. A launch-bound solution's blocks
-        vary by several percent from round to round, and ten rounds could not tell a 10% slowdown
-        from none; a problem whose ten rounds decide pays nothing. Returns the rounds added (also
-        counted in `settled`)."""
-        y = self.yardstick
-        most, share = int(self.t.get("gate_max_rounds", 0)), float(self.t.get("gate_precision", 0.025))
-        added = 0
-        while y is not None and not y.failed and y.by_role.get("now"):
-            then, now = y.by_role.get("then", []), y.by_role["now"]
-            done = min(len(then), len(now))
-            if done >= most or done < 2:
-                break
-            if added % self.SETTLE_STEP == 0 and self._gate_can_stop(then, now, share):
-                break
-            self._yardstick_round(done)
-            added += 1
-        self.settled += added
-        return added
-
-    def _gate_can_stop(self, then: list[list[float]], now: list[list[float]], share: float) -> bool:
-        """Whether the gate's interval of these rounds (as the result records them: rounds to 1e-5
-        ms) decides the call, or is within `share` of the ratio at both ends."""
-        from ..verdict.timing import gate_can_stop
-        recorded = [[[round(x, 5) for x in b] for b in blocks] for blocks in (then, now)]
-        return gate_can_stop(*recorded, float(self.t.get("confidence", 0.95)),
-                             float(self.t.get("gate_max_regression", 0.05)), share)[0]
+        """After the solution's rounds: the yardstick's rounds added where the gate's call is still
+        open (Yardstick.settle); 0 without one."""
+        return self.yardstick.settle() if self.yardstick is not None else 0
 
     def wait_idle(self, limit_s: float = 2.0) -> float:
         """Wait until a tiny kernel of the lane's runs at once (the GPU idle), at most `limit_s`
@@ -337,7 +277,7 @@ class ReferenceRounds:
         """The pair's part done: the block workers' (harness/run/references.py worker_for)."""
         self._end(self.reference)
         if self.yardstick is not None:
-            self._end(self.yardstick)
+            self._end(self.yardstick.worker)
         self.lane.judge.release(force=True)
 
     def timing(self) -> dict[str, Any]:
@@ -354,53 +294,8 @@ class ReferenceRounds:
     @property
     def yardstick_failed(self) -> str:
         """Why a pair with a yardstick has no yardstick timing ('' where it has, or has none)."""
-        y = self.yardstick
-        if y is None or (y.by_role.get("then") and not y.failed):
-            return ""
-        return y.failed or "it timed no round"
+        return self.yardstick.failed if self.yardstick is not None else ""
 
     def yardstick_timing(self) -> dict[str, Any]:
-        """The yardstick's part of the timing block: {"yardstick": then's stats with its rounds, the
-        solution it timed, whether its sources were now's, and "now": now's stats in the same
-        process and rounds (or "now_failed": why now could not be imported beside then)}; {}
-        without one or where it failed (yardstick_failed)."""
-        y = self.yardstick
-        if y is None or self.yardstick_failed:
-            return {}
-        then = {**y.stats(self.timer_name, "then"), "measured_in": "yardstick worker",
-                "solution": self.job["yardstick"].get("name", ""),
-                "same_sources": bool(self.job["yardstick"].get("same_sources"))}
-        if y.by_role.get("now"):
-            then["now"] = y.stats(self.timer_name, "now")
-        elif y.versions.get("now_failed"):
-            then["now_failed"] = y.versions["now_failed"]
-        then["pair_rounds"] = list(self.pair_rounds)
-        # where the gate's time went: the lane's time in the yardstick's blocks, of it taking outputs, the calls' own
-        then["cost"] = {"blocks_s": round(y.wall_s, 3), "handoff_s": round(y.handoff_s, 3), "calls_s": round(y.gpu_s, 3),
-                        "handed_over": not y.versions.get("quiet", False)}
-        if self.settled:
-            then["settled_rounds"] = self.settled
-        return {"yardstick": then}
-
-
-def gate_step(of: int, gate_rounds: int) -> int:
-    """Of the solution's `of` rounds, every how many the yardstick times a round in (1 where
-    of <= gate_rounds); each of its blocks then has the calls of that many of the solution's rounds."""
-    return max(1, of // max(1, gate_rounds))
-
-
-def gate_turn(n: int, of: int, gate_rounds: int) -> bool:
-    """Whether the yardstick times a round in the solution's round `n` of `of`: in `gate_rounds`
-    of them, spread evenly (every gate_step-th from the first; all where of <= gate_rounds)."""
-    step = gate_step(of, gate_rounds)
-    return n % step == 0 and n // step < gate_rounds
-
-
-def yardstick_calls(calls: int, blocks: list[list[float]], block_ms: float, most: int) -> int:
-    """The calls of each of a round's yardstick blocks: the solution's round's `calls`, or where
-    then's last block says a call is short, enough for `block_ms` (at most `most`)."""
-    calls = max(1, calls)
-    if not blocks or not blocks[-1]:
-        return calls
-    per_call = sorted(blocks[-1])[len(blocks[-1]) // 2]
-    return max(calls, min(most, math.ceil(block_ms / max(per_call, 1e-6))))
+        """The yardstick's part of the timing block (Yardstick.timing); {} without one or where it failed."""
+        return self.yardstick.timing(self.timer_name, self.job) if self.yardstick is not None else {}
