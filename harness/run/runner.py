@@ -384,15 +384,12 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     if done:
         out(f"resuming {run_id}: {len(done)} pair(s) already recorded, {len(pending)} to run")
     store.write_manifest({"secret_seed": secret})
-    total = len(pairs)
-    cores = os.cpu_count() or 1
     jobs = cfg.build.jobs or fleet.build_slots()
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
                      work_root=fleet.work / "pairs", secret=secret,
-                     build_threads=max(1, cores // max(1, min(jobs, len(pending)))),
+                     build_threads=max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(pending)))),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
-    lock = threading.Lock()
     off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
     manifests = {id(run): read_manifest(cache_dir, run.pair.solution, ctx.torch_version, ctx.arch, device,
                                         present=fleet.built) for run in runs if id(run) not in off_device}
@@ -400,130 +397,24 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     if pending:
         announce(out, cfg, info, len(lanes), jobs, runs, len(to_build), off_device)
     progress = Progress(out, len(pending), len(to_build), width=width)
-
-    def record(result: EvalResult) -> None:
-        if stopping.is_set():  # a pair the stop cut short: nothing of it is recorded
-            return
-        start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
-        json.dumps(result.to_dict(), indent=1, default=str)
-        result = with_store_time(result, time.monotonic() - start)
-        with lock:
-            store.write(result)
-            done[result.key] = result
-            progress.pair_done(pair_line(result, len(done), total, width), result.status.value)
-        on_result(result)
-
+    record = Recorder(store, done, len(pairs), progress, width, on_result, stopping)
     pair_yardsticks(runs, yardsticks, unchanged, gate_in_same_rounds(cfg, device))
     schedule = Schedule({id(r): i for i, r in enumerate(runs)},
                         {id(r): r.yardstick for r in runs if r.yardstick is not None})
     for run in runs:
-        if id(run) in off_device:  # the file declares other DEVICES: skipped, nothing of it run
-            record(assemble(run.job(), Status.SKIPPED, off_device[id(run)], phase="build", phases={}, gpu_s=0.0,
-                            own_s=0.0))
-            schedule.put(run, ok=False)
-            continue
-        manifest = manifests[id(run)]
-        if manifest is not None:
-            run.extensions = manifest.get("extensions", [])
-        if manifest is not None and manifest.get("skipped"):
-            record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
-                            own_s=0.0))
-            schedule.put(run, ok=False)
-        elif manifest is not None:
-            run.build_ok = True
-            schedule.put(run)
+        place_unbuilt(run, off_device.get(id(run)), manifests.get(id(run)), record, schedule)
     schedule.expect(len(to_build))
-    # Identical sources (the same manifest key) build once: the first pair's build step runs, the
-    # others take what it built. Where it fails, each runs its own (its messages name its own file).
-    same: dict[str, list[PairRun]] = {}
-    for run in to_build:
-        same.setdefault(manifest_key(run.pair.solution, ctx.torch_version, ctx.arch, device), []).append(run)
-    leaders = [group[0] for group in same.values()]
-
-    def build_one(run: PairRun) -> EvalResult | None:
-        try:
-            result = fleet.build(run)
-        except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
-            result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
-                              phases={}, gpu_s=0.0, own_s=run.build_s)
-        progress.build_done()
-        if result is not None:
-            record(result)
-        run.build_ok = result is None
-        schedule.built(run, run.build_ok)
-        return result
-
-    def build(leader: PairRun) -> None:
-        result = build_one(leader)
-        for run in same[manifest_key(leader.pair.solution, ctx.torch_version, ctx.arch, device)][1:]:
-            if result is None:
-                run.extensions, run.build_ok = leader.extensions, True
-                progress.build_done()
-                schedule.built(run, True)
-            elif result.status is Status.SKIPPED:  # e.g. CUDA sources on a CPU run: so are these
-                progress.build_done()
-                record(assemble(run.job(), Status.SKIPPED, result.message, phase="build", phases={}, gpu_s=0.0,
-                                own_s=0.0))
-                schedule.built(run, False)
-            else:
-                build_one(run)
-
-    backstop = cfg.timeouts.build_s + cfg.timeouts.run_s + cfg.timeouts.judge_s + 120.0
-
-    def lane_loop(lane: LaneProc) -> None:
-        last = None
-        if lane.proc is None:
-            try:
-                lane.start()
-            except LaneDied as exc:
-                out(f"warning: {exc}; the other lanes go on")
-                return
-            left_out = lane.info.get("sandbox", {}).get("left_out", [])
-            if left_out != info.get("sandbox", {}).get("left_out", []):
-                if cfg.sandbox == "required":
-                    progress.line(f"warning: lane {lane.index}: sandbox: required, and {'; '.join(left_out)}; "
-                                  f"the other lanes go on")
-                    lane.stop()
-                    return
-                progress.line(f"warning: lane {lane.index}: sandbox: auto; running without {'; '.join(left_out)}")
-        while True:
-            run = schedule.take(last)
-            if run is None:
-                return
-            last = run.pair.problem.id
-            run.attempts += 1
-            job = {**run.job(), "more": schedule.more(), "artifacts": fleet.artifacts(run)}
-            started = time.monotonic()
-            try:
-                result = EvalResult.from_dict(lane.run(job, backstop))
-            except LaneDied as exc:
-                if stopping.is_set():
-                    return
-                progress.line(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
-                if run.attempts < 2:
-                    schedule.put(run)
-                else:
-                    job.pop("artifacts", None)
-                    record(assemble(job, Status.CRASHED, f"the lane evaluating this pair died twice: {exc}",
-                                    exc.detail, phase="judge", phases={"build_s": run.build_s}, gpu_s=0.0,
-                                    own_s=run.build_s + time.monotonic() - started))
-                try:
-                    lane.start()
-                except LaneDied as again:
-                    progress.line(f"warning: {again}; the other lanes go on")
-                    return
-                continue
-            record(result)
-
-    threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in lanes]
+    builds = Builds(fleet, to_build, lambda run: manifest_key(run.pair.solution, ctx.torch_version, ctx.arch, device),
+                    record, progress, schedule)
+    serve = LaneService(cfg, info, fleet, schedule, record, progress, out, stopping)
+    threads = [threading.Thread(target=serve, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(leaders) or 1))), lanes) as pool:
-        list(pool.map(build, leaders))
+    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(builds.leaders) or 1))), lanes) as pool:
+        list(pool.map(builds.build, builds.leaders))
         for thread in threads:
             thread.join()
-    leftover = schedule.left
-    for run in leftover:  # every lane died for good
+    for run in schedule.left:  # every lane died for good
         record(assemble(run.job(), Status.HARNESS_ERROR, "no evaluation lane was left to evaluate this pair",
                         phase="judge", phases={}, gpu_s=0.0, own_s=run.build_s))
     progress.close()
@@ -531,3 +422,155 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     store.write_manifest({"summary": summary(results), "lanes_seen": [fleet.describe(lane) for lane in lanes]})
     keep_lane_logs(store, lanes)
     return results
+
+
+class Recorder:
+    """Each result as it comes: stored at once, counted and shown, then handed on (`on_result`);
+    nothing of a pair a stop cut short. Called from the build workers and the lanes' threads."""
+
+    def __init__(self, store: Store, done: dict[str, EvalResult], total: int, progress: Progress, width: int | None,
+                 on_result: Callable[[EvalResult], None], stopping: threading.Event):
+        self.store, self.done, self.total, self.progress, self.width = store, done, total, progress, width
+        self.on_result, self.stopping = on_result, stopping
+        self.lock = threading.Lock()
+
+    def __call__(self, result: EvalResult) -> None:
+        if self.stopping.is_set():  # a pair the stop cut short: nothing of it is recorded
+            return
+        start = time.monotonic()  # storing costs what serializing costs: measured on a dry run
+        json.dumps(result.to_dict(), indent=1, default=str)
+        result = with_store_time(result, time.monotonic() - start)
+        with self.lock:
+            self.store.write(result)
+            self.done[result.key] = result
+            self.progress.pair_done(pair_line(result, len(self.done), self.total, self.width), result.status.value)
+        self.on_result(result)
+
+
+def place_unbuilt(run: PairRun, off_device: str | None, manifest: dict[str, Any] | None, record: Recorder,
+                  schedule: Schedule) -> None:
+    """A pair that needs no build step: skipped (written for another device, or its cached build
+    skipped), or queued for the lanes with what its cached build holds. Others wait for theirs."""
+    if off_device:  # the file declares other DEVICES: skipped, nothing of it run
+        record(assemble(run.job(), Status.SKIPPED, off_device, phase="build", phases={}, gpu_s=0.0, own_s=0.0))
+        schedule.put(run, ok=False)
+        return
+    if manifest is not None:
+        run.extensions = manifest.get("extensions", [])
+    if manifest is not None and manifest.get("skipped"):
+        record(assemble(run.job(), Status.SKIPPED, manifest["skipped"], phase="build", phases={}, gpu_s=0.0,
+                        own_s=0.0))
+        schedule.put(run, ok=False)
+    elif manifest is not None:
+        run.build_ok = True
+        schedule.put(run)
+
+
+class Builds:
+    """The build steps of the pairs to build. Identical sources (the same manifest key) build once:
+    the first pair's build step runs, the others take what it built. Where it fails, each runs its
+    own (its messages name its own file)."""
+
+    def __init__(self, fleet, runs: list[PairRun], key_of: Callable[[PairRun], str], record: Recorder,
+                 progress: Progress, schedule: Schedule):
+        self.fleet, self.key_of, self.record, self.progress, self.schedule = fleet, key_of, record, progress, schedule
+        self.same: dict[str, list[PairRun]] = {}
+        for run in runs:
+            self.same.setdefault(key_of(run), []).append(run)
+        self.leaders = [group[0] for group in self.same.values()]
+
+    def build_one(self, run: PairRun) -> EvalResult | None:
+        try:
+            result = self.fleet.build(run)
+        except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
+            result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
+                              phases={}, gpu_s=0.0, own_s=run.build_s)
+        self.progress.build_done()
+        if result is not None:
+            self.record(result)
+        run.build_ok = result is None
+        self.schedule.built(run, run.build_ok)
+        return result
+
+    def build(self, leader: PairRun) -> None:
+        result = self.build_one(leader)
+        for run in self.same[self.key_of(leader)][1:]:
+            if result is None:
+                run.extensions, run.build_ok = leader.extensions, True
+                self.progress.build_done()
+                self.schedule.built(run, True)
+            elif result.status is Status.SKIPPED:  # e.g. CUDA sources on a CPU run: so are these
+                self.progress.build_done()
+                self.record(assemble(run.job(), Status.SKIPPED, result.message, phase="build", phases={}, gpu_s=0.0,
+                                     own_s=0.0))
+                self.schedule.built(run, False)
+            else:
+                self.build_one(run)
+
+
+class LaneService:
+    """One thread per lane (called with the lane): start it where it is not running, then give it
+    the schedule's pairs until none is left. A pair whose lane died goes back to the schedule once;
+    a second death is its result (crashed), and the lane is started again."""
+
+    def __init__(self, cfg: Config, info: dict[str, Any], fleet, schedule: Schedule, record: Recorder,
+                 progress: Progress, out: Callable[[str], None], stopping: threading.Event):
+        self.cfg, self.info, self.fleet, self.schedule, self.record = cfg, info, fleet, schedule, record
+        self.progress, self.out, self.stopping = progress, out, stopping
+        self.backstop = cfg.timeouts.build_s + cfg.timeouts.run_s + cfg.timeouts.judge_s + 120.0
+
+    def __call__(self, lane: LaneProc) -> None:
+        if lane.proc is None and not self._start(lane):
+            return
+        last = None
+        while True:
+            run = self.schedule.take(last)
+            if run is None:
+                return
+            last = run.pair.problem.id
+            run.attempts += 1
+            job = {**run.job(), "more": self.schedule.more(), "artifacts": self.fleet.artifacts(run)}
+            started = time.monotonic()
+            try:
+                result = EvalResult.from_dict(lane.run(job, self.backstop))
+            except LaneDied as exc:
+                if self.stopping.is_set() or not self._died(lane, run, job, exc, started):
+                    return
+                continue
+            self.record(result)
+
+    def _start(self, lane: LaneProc) -> bool:
+        """A lane not started yet: started, its sandbox compared with the first lane's. False where
+        it cannot serve (it did not start, or `sandbox: required` and it left out a part)."""
+        try:
+            lane.start()
+        except LaneDied as exc:
+            self.out(f"warning: {exc}; the other lanes go on")
+            return False
+        left_out = lane.info.get("sandbox", {}).get("left_out", [])
+        if left_out != self.info.get("sandbox", {}).get("left_out", []):
+            if self.cfg.sandbox == "required":
+                self.progress.line(f"warning: lane {lane.index}: sandbox: required, and {'; '.join(left_out)}; "
+                                   f"the other lanes go on")
+                lane.stop()
+                return False
+            self.progress.line(f"warning: lane {lane.index}: sandbox: auto; running without {'; '.join(left_out)}")
+        return True
+
+    def _died(self, lane: LaneProc, run: PairRun, job: dict[str, Any], exc: LaneDied, started: float) -> bool:
+        """The lane died evaluating `run`: the pair back to the schedule (the first time) or recorded
+        as crashed, and the lane started again; False where it would not start."""
+        self.progress.line(f"warning: {exc} while evaluating {run.pair.problem.id} / {run.pair.solution.name}")
+        if run.attempts < 2:
+            self.schedule.put(run)
+        else:
+            job.pop("artifacts", None)
+            self.record(assemble(job, Status.CRASHED, f"the lane evaluating this pair died twice: {exc}", exc.detail,
+                                 phase="judge", phases={"build_s": run.build_s}, gpu_s=0.0,
+                                 own_s=run.build_s + time.monotonic() - started))
+        try:
+            lane.start()
+        except LaneDied as again:
+            self.progress.line(f"warning: {again}; the other lanes go on")
+            return False
+        return True
