@@ -15,9 +15,9 @@ CUDA_RECIPE = {"params": {"name": "kb_twice", "cpp_sources": "torch::Tensor f(to
                           "functions": ["f"]}, "callers": []}
 
 
-def _fake_compiler(monkeypatch, fails, seen=None):
+def _fake_compiler(monkeypatch, fails, seen=None, error=b'cuda.cu(2): error: namespace "torch" has no member "nn"\n'):
     """A compiler for _build_only that records each attempt's CUDA flags (and in `seen` the sources
-    load_inline wrote) and fails where `fails(flags)`."""
+    load_inline wrote) and fails where `fails(flags)`, writing `error`."""
     attempts = []
 
     def build_only(cpp_ext):
@@ -27,7 +27,7 @@ def _fake_compiler(monkeypatch, fails, seen=None):
             if seen is not None:
                 seen.append({Path(p).name: Path(p).read_text() for p in sources})
             if fails(flags):
-                os.write(1, b'cuda.cu(2): error: namespace "torch" has no member "nn"\n')   # as the compiler writes
+                os.write(1, error)   # as the compiler writes
                 raise RuntimeError(f"Error building extension '{name}'")
             os.write(1, b"built\n")
             return compiler.Built(name)
@@ -66,6 +66,25 @@ def test_a_cu_that_fails_either_way_fails_with_torchs_header_and_its_error(tmp_p
         _compile(tmp_path, CUDA_RECIPE, cu_header=True)
     assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
     assert "has no member" in raised.value.log
+
+
+def test_a_build_whose_main_cpp_failed_is_not_compiled_again(tmp_path, monkeypatch):
+    """main.cpp does not read the small header: where ninja failed only main.o, torch's header would
+    fail the same way (the H200 corpus run compiled such recipes twice)."""
+    main_only = b"FAILED: [code=1] main.o \nmain.cpp:3:10: fatal error: x.h: No such file or directory\n"
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: True, error=main_only)
+    events = []
+    with pytest.raises(BuildError) as raised:
+        compiler.compile_recipe(CUDA_RECIPE, tmp_path, False, "9.0", lambda kind, **kw: events.append((kind, kw)),
+                                cu_header=True)
+    assert attempts == [[f"-I{compiler.CU_HEADER}"]] and "x.h" in raised.value.log
+    [end] = [kw for kind, kw in events if kind == "build_end"]
+    assert not end["ok"] and end["cu_header"] == "read; main.cpp failed, which does not read it"
+    both = main_only + b"FAILED: [code=2] cuda.cuda.o \ncuda.cu(2): error: no member\n"   # the .cu failed too: again
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: True, error=both)
+    with pytest.raises(BuildError):
+        _compile(tmp_path / "both", CUDA_RECIPE, cu_header=True)
+    assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
 
 
 def test_off_or_without_cuda_sources_it_is_built_as_before(tmp_path, monkeypatch):

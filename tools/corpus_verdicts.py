@@ -87,7 +87,7 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
              f"CPU-s median {median(cpu):.1f}, sum {sum(cpu):.0f}; main.cpp with a precompiled header in "
              f"{sum('/pch/' in log for log in logs)} of {sum('main.cpp' in log for log in logs)} build logs"
              + (f"; cuda.cu with torch/extension.h as torch/types.h (build.cu_header) in "
-                f"{sum(e.get('cu_header') == 'read' for e in seen.values())} of "
+                f"{sum(str(e.get('cu_header')).startswith('read') for e in seen.values())} of "
                 f"{sum('cu_header' in e for e in seen.values())} recipes" if any('cu_header' in e for e in seen.values())
                 else ""),
              f"lane a pair: median {median(lane):.2f} s, sum {busy:.0f} s"

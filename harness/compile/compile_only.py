@@ -211,7 +211,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                 done = {key: pending[key].result() for key, _ in step["recipes"]}
                 items.append(finish(step, done))
             costs = sorted(pending[key].result()[1].ext.get("cpu_s") or 0.0 for key in todo)
-            small = sum(pending[key].result()[1].ext.get("cu_header") == "read" for key in todo)
+            small = sum(str(pending[key].result()[1].ext.get("cu_header")).startswith("read") for key in todo)
             if costs:
                 out(f"compile-only: {len(costs)} recipe(s) compiled, {sum(costs):.0f} CPU-s in all, "
                     f"{costs[len(costs) // 2]:.0f} CPU-s the median recipe"

@@ -21,6 +21,7 @@ import copy
 import inspect
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -91,6 +92,13 @@ def _with_cu_header(jit_compile, on: bool):
     return compile_with
 
 
+def _only_main_failed(log: str) -> bool:
+    """Whether every step ninja reports FAILED is main.o's: main.cpp does not read CU_HEADER (nvcc's
+    flags only), so it would fail the same way with torch's header: no second compile."""
+    failed = re.findall(r"^FAILED: (?:\[code=-?\d+\] )?(\S+)", log, re.MULTILINE)
+    return bool(failed) and all(target == "main.o" for target in failed)
+
+
 def _first_error_line(log: str) -> str:
     found = first_errors(log, limit=1).strip()
     return (found.splitlines() or ["it failed"])[0][:200]
@@ -128,7 +136,9 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
                 cpp_ext.load_inline(**copy.deepcopy(params), build_directory=str(build_dir), verbose=True)
         except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
             log = log_path.read_text(errors="replace")
-            if small:  # the .cu needs torch's whole header: compiled again with it, the build that counts
+            if small and _only_main_failed(log):
+                info["cu_header"] = "read; main.cpp failed, which does not read it"
+            elif small:  # the .cu needs torch's whole header: compiled again with it, the build that counts
                 info["cu_header"] = f"compiled again with torch's header: {_first_error_line(log)}"
                 continue
             if str(exc) and str(exc) not in log:
