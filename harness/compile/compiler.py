@@ -71,24 +71,16 @@ def _children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _with_pch(jit_compile, pch: str | None):
-    """main.cpp's include path with the folder of a precompiled torch/extension.h first after the
-    recipe's own folders (harness/compile/pch.py); the C++ flags only: nvcc never reads it."""
-    if not pch:
-        return jit_compile
-
-    def compile_with(name, sources, extra_cflags, *args, **kwargs):
-        return jit_compile(name, sources, [*(extra_cflags or []), f"-I{pch}"], *args, **kwargs)
-    return compile_with
-
-
-def _with_cu_header(jit_compile, on: bool):
-    """cuda.cu's include path with CU_HEADER after the recipe's own folders (nvcc's flags only)."""
-    if not on:
+def _with_include(jit_compile, cxx: str | None = None, cuda: str | None = None):
+    """jit_compile with one more include folder after the recipe's own: `cxx` on main.cpp's flags (the
+    folder of a precompiled torch/extension.h, harness/compile/pch.py; nvcc never reads it), `cuda` on
+    nvcc's (CU_HEADER)."""
+    if not cxx and not cuda:
         return jit_compile
 
     def compile_with(name, sources, extra_cflags, extra_cuda_cflags, *args, **kwargs):
-        return jit_compile(name, sources, extra_cflags, [*(extra_cuda_cflags or []), f"-I{CU_HEADER}"], *args, **kwargs)
+        return jit_compile(name, sources, [*(extra_cflags or []), f"-I{cxx}"] if cxx else extra_cflags,
+                           [*(extra_cuda_cflags or []), f"-I{cuda}"] if cuda else extra_cuda_cflags, *args, **kwargs)
     return compile_with
 
 
@@ -124,13 +116,13 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     emit("build_start", **info)
     layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
     log_path = build_dir / "harness_build.current.log"
-    jit_compile = _with_pch(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), pch)
+    jit_compile = _with_include(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), cxx=pch)
     start, cpu = time.monotonic(), _children_cpu_s()
     small_first = bool(cu_header and params.get("cuda_sources"))
     if cu_header and not small_first:
         info["cu_header"] = "no cuda sources"
     for small in (True, False) if small_first else (False,):
-        cpp_ext._jit_compile = _with_cu_header(jit_compile, small)
+        cpp_ext._jit_compile = _with_include(jit_compile, cuda=str(CU_HEADER) if small else None)
         try:
             with _capture_fds(log_path):  # a copy each time: load_inline adds its headers to the lists it is given
                 cpp_ext.load_inline(**copy.deepcopy(params), build_directory=str(build_dir), verbose=True)
