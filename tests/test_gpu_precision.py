@@ -169,22 +169,24 @@ def test_phase_bf16_mma_is_bf16_class(shape):
 # stride 1, one group, for config 9's bf16 MMAs there (issue 77), with the kernel the plan must name
 # (None: no bf16 staging applies and the fp32 rule runs on x widened). ct2d_mmh (32 output channels a
 # block; x's rows 16-byte multiples for its bf16 TMA staging): a partial chunk of 16 (Cin 20, 40),
-# one chunk, dilation, ten chunks (their weights staged one chunk at a time); where its three slots
-# (fp32-sized planes: x is paired in them) and one chunk's weights pass 110 KB of shared memory it
-# does not apply (3x7 taps over a 64-column tile, 3x5 with two rows of dilation: measured on the
-# H200, the plan named ct2d_mma on x widened). Win 61 falls back. ct2d_wgs with WgdBf16Ops (more
-# than 32 output channels, its producer's bf16 TMA ring): a partial block (48), three chunks with
-# a partial one, dilation, two blocks (128), two and a partial one (96), one chunk (Cin 16: no
-# staggered consumers); Win 45 falls back.
+# one chunk, dilation, ten chunks (their weights staged one chunk at a time), 3x7 taps and 3x5 with
+# two rows of dilation (two fp32-sized slots, x paired in them, and a half one: 77-92 KB with one
+# chunk's weights; with three slots these passed 110 KB and fell back, H200); where even that and
+# one chunk's weights pass 110 KB (3x7 with two rows of dilation: 13 x 88 staged positions, 113 KB)
+# it does not apply, and the plan names ct2d_mma on x widened. Win 61 falls back. ct2d_wgs with
+# WgdBf16Ops (more than 32 output channels, its producer's bf16 TMA ring): a partial block (48),
+# three chunks with a partial one, dilation, two blocks (128), two and a partial one (96), one
+# chunk (Cin 16: no staggered consumers); Win 45 falls back.
 BF16_MMA_SHAPES = [
     ((2, 32, 32, (3, 3), 11, 104, (1, 3), 1, True, True), "ct2d_mmh"),
     ((2, 20, 32, (3, 3), 13, 72, 1, 1, True, True), "ct2d_mmh"),
     ((1, 40, 32, (3, 3), 9, 64, (1, 2), (1, 2), False, True), "ct2d_mmh"),
     ((1, 160, 32, (3, 3), 6, 40, 1, 1, True, True), "ct2d_mmh"),
     ((1, 8, 32, (3, 3), 9, 40, 1, 1, True, True), "ct2d_mmh"),
-    ((2, 32, 32, (3, 7), 11, 104, (1, 3), 1, True, True), None),
-    ((1, 40, 32, (3, 5), 9, 64, (1, 2), (2, 1), False, True), None),
-    ((1, 160, 32, (3, 7), 6, 40, (1, 3), 1, True, True), None),
+    ((2, 32, 32, (3, 7), 11, 104, (1, 3), 1, True, True), "ct2d_mmh"),
+    ((1, 40, 32, (3, 5), 9, 64, (1, 2), (2, 1), False, True), "ct2d_mmh"),
+    ((1, 160, 32, (3, 7), 6, 40, (1, 3), 1, True, True), "ct2d_mmh"),
+    ((1, 40, 32, (3, 7), 9, 64, (2, 3), (2, 1), False, True), None),
     ((3, 40, 32, (3, 3), 9, 61, 1, 1, True, False), None),
     ((2, 32, 64, (3, 3), 19, 48, 1, 1, True, True), "WgdBf16Ops"),
     ((1, 40, 48, (3, 5), 13, 40, (1, 2), 1, True, True), "WgdBf16Ops"),

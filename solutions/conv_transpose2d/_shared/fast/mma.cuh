@@ -415,9 +415,11 @@ __global__ void __launch_bounds__(THREADS, MT * NT * SPLIT <= 16 ? 2 : 1)
 //    ([8][rows][rowlen] bf16, 16 bytes a position: the slot's fp32 planes 4-7), columns from a
 //    multiple of 8 (16 bytes); mmh_pairs_bf16 makes the same 8 planes of channel pairs as the fp16
 //    conversion, planes 0-3 from slot a's upper half, then (after a barrier: they lie over it)
-//    planes 4-7 from slot 1's. The weights are ct2d_mmh's fp16 ones, made bf16 as they are staged
-//    (exact: the weights of a bf16 run have at most 8 significant bits), the output scaled by 2^-ew
-//    as before. No scaling of x (bf16 has fp32's range) and so one pass, no amax.
+//    planes 4-7 from slot 1's. Slot 1 only ever holds a box, so it is half a slot (2.5 slots in
+//    all: a 3x7 window's chunk of weights fits beside them in 110 KB, which three did not). The
+//    weights are ct2d_mmh's fp16 ones, made bf16 as they are staged (exact: the weights of a bf16
+//    run have at most 8 significant bits), the output scaled by 2^-ew as before. No scaling of x
+//    (bf16 has fp32's range) and so one pass, no amax.
 // Channel pairs of a bf16 x for the MMAs (their low half the even channel, as the fp16 pairs):
 // pair plane J0 + j of xa from the bf16 planes 2j, 2j + 1 of src (positions q..q+3 a thread, 8-byte loads).
 template <int J0>
@@ -504,8 +506,14 @@ __global__ void __launch_bounds__(THREADS, 2)
   __shared__ unsigned block_amax[2];  // of passes 0 and 1 (mode 1)
   __shared__ __align__(8) uint64_t xbar[3];  // TMA: slot i's copy has landed
   const int xs_size = s.plane * KC;  // floats per slot
+  // slot i's first float. A bf16 x: slot 1 holds only its box of channels 8-15 (half a slot: the
+  // pairs are made over slot a), so slots 0 and 2 come first and slot 1 after them
+  auto off = [&](int i) {
+    if constexpr (BF) return i == 1 ? 2 * xs_size : (i >> 1) * xs_size;
+    else return i * xs_size;
+  };
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t w_s = smem_base + 3 * xs_size * 4;
+  const uint32_t w_s = smem_base + (BF ? 10 * xs_size : 3 * xs_size * 4);  // bf16: after 2.5 slots
   const MmaBlock<MT, NT, KH, KW> b(s);
   if (b.tid < 2) block_amax[b.tid] = 0;
   MmaStager st;
@@ -523,7 +531,7 @@ __global__ void __launch_bounds__(THREADS, 2)
   }
   __syncthreads();
   const char* wsrc = reinterpret_cast<const char*>(wh) + (int64_t)b.co0 * 32;
-  auto slot = [&](int i) { return smem_base + i * xs_size * 4; };
+  auto slot = [&](int i) { return smem_base + off(i) * 4; };
   auto w_chunk = [&](int c) { return s.wres ? w_s + c * W_BYTES : w_s; };
   auto copy_weights = [&](int c) {
     if constexpr (BF) mma_copy_weights_bf16<TAPS, BM>(wsrc + (int64_t)c * TAPS * s.Cout * 32, s.Cout, w_chunk(c), b.tid);
@@ -534,10 +542,10 @@ __global__ void __launch_bounds__(THREADS, 2)
   auto stage = [&](int u, int i) {
     if constexpr (TMA) {
 #if defined(CT2D_WGMMA)
-      if (b.tid == 0) {  // bf16: 2 bytes an element, into the slot's upper half
+      if (b.tid == 0) {  // bf16: 2 bytes an element, into slot 0's or 2's upper half, or slot 1
         fence_proxy_async();  // the slot's earlier generic accesses (conversion, epilogue) before the copy
         mbar_arrive_expect_tx(bar0 + 8 * i, xs_size * (int)sizeof(InT));
-        tma_load_4d(slot(i) + (BF ? xs_size * 2 : 0), &xmap, b.iw_base - st.m, b.ih_base, u * KC, b.n, bar0 + 8 * i);
+        tma_load_4d(slot(i) + (BF && i != 1 ? xs_size * 2 : 0), &xmap, b.iw_base - st.m, b.ih_base, u * KC, b.n, bar0 + 8 * i);
       }
 #endif
     } else {
@@ -585,11 +593,11 @@ __global__ void __launch_bounds__(THREADS, 2)
         if (2 * c + 2 < subs) stage(2 * c + 2, o);
         cp_async_commit();
       }
-      float* xa = smem + a * xs_size;
+      float* xa = smem + off(a);
       if constexpr (BF) {  // planes 0-3 from slot a's upper half, then 4-7 over it from slot 1's
         mmh_pairs_bf16<0>(s, xa, xa + xs_size / 2, b.tid);
         __syncthreads();
-        mmh_pairs_bf16<4>(s, xa, smem + xs_size + xs_size / 2, b.tid);
+        mmh_pairs_bf16<4>(s, xa, smem + off(1), b.tid);
       } else if (mode == 0) mmh_convert<0>(s, xa, smem + xs_size, sc, amax, b.tid);
       else if (mode == 1) mmh_convert<1>(s, xa, smem + xs_size, sc, amax, b.tid);
       else mmh_convert<2>(s, xa, smem + xs_size, sc, amax, b.tid);
@@ -600,7 +608,7 @@ __global__ void __launch_bounds__(THREADS, 2)
       __syncthreads();
       if (2 * c + 3 < subs) stage(2 * c + 3, 1);
       cp_async_commit();
-      if (b.active && mode != 1) mma_chunk<MT, NT, BF ? 2 : 0, KH, KW>(acc, xs_lane + a * xs_size, w_chunk(c) + a_lane,
+      if (b.active && mode != 1) mma_chunk<MT, NT, BF ? 2 : 0, KH, KW>(acc, xs_lane + off(a), w_chunk(c) + a_lane,
                                                                        rowstep, khalf, s.dil_w, b.pairs);
       const int tmp = a;
       a = o;
@@ -777,7 +785,8 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
     else s = s_cp;
 #endif
     if (bx && !xmap) return false;  // a bf16 x is staged by TMA only
-    const size_t slots = 3 * (size_t)s.plane * KC * sizeof(float), wchunk = (size_t)KH * KW * 32 * 32;
+    // a bf16 x's slot 1 is half a slot (its box only: kernel above)
+    const size_t slots = (bx ? 5 : 6) * (size_t)s.plane * KC * sizeof(float) / 2, wchunk = (size_t)KH * KW * 32 * 32;
     const size_t table = xmap ? 0 : tab;
     const int64_t c16 = (Cin + 15) / 16;
     s.wres = s.co_blocks == 1 && slots + c16 * wchunk + table <= 110 * 1024;
@@ -789,7 +798,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
       if (!plan.launch && bx)
         return plan.set(strf("ct2d_mmh<2, 8, %d, %d, true, __nv_bfloat16, __nv_bfloat16>", (int)KH, (int)KW), "mma.cuh",
                         strf("tile %d rows x %d columns x 32 channels, %d channel block(s); x staged as bf16 by TMA "
-                             "into 3 slots and paired in shared memory; bf16 mma.sync (m16n8k16); weights %s; "
+                             "into 2.5 slots and paired in shared memory; bf16 mma.sync (m16n8k16); weights %s; "
                              "epilogue %s", s.TR, s.TW, s.co_blocks, s.wres ? "resident (every chunk's)" : "per chunk",
                              epilogue_name(s.epi)));
       if (!plan.launch)
