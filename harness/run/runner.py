@@ -410,8 +410,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     threads = [threading.Thread(target=serve, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(builds.leaders) or 1))), lanes) as pool:
-        list(pool.map(builds.build, builds.leaders))
+    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(builds.groups) or 1))), lanes) as pool:
+        list(pool.map(builds.build, builds.groups))
         for thread in threads:
             thread.join()
     for run in schedule.left:  # every lane died for good
@@ -473,11 +473,11 @@ class Builds:
 
     def __init__(self, fleet, runs: list[PairRun], key_of: Callable[[PairRun], str], record: Recorder,
                  progress: Progress, schedule: Schedule):
-        self.fleet, self.key_of, self.record, self.progress, self.schedule = fleet, key_of, record, progress, schedule
-        self.same: dict[str, list[PairRun]] = {}
+        self.fleet, self.record, self.progress, self.schedule = fleet, record, progress, schedule
+        same: dict[str, list[PairRun]] = {}
         for run in runs:
-            self.same.setdefault(key_of(run), []).append(run)
-        self.leaders = [group[0] for group in self.same.values()]
+            same.setdefault(key_of(run), []).append(run)
+        self.groups = list(same.values())  # each led by its first pair
 
     def build_one(self, run: PairRun) -> EvalResult | None:
         try:
@@ -492,9 +492,10 @@ class Builds:
         self.schedule.built(run, run.build_ok)
         return result
 
-    def build(self, leader: PairRun) -> None:
+    def build(self, group: list[PairRun]) -> None:
+        leader = group[0]
         result = self.build_one(leader)
-        for run in self.same[self.key_of(leader)][1:]:
+        for run in group[1:]:
             if result is None:
                 run.extensions, run.build_ok = leader.extensions, True
                 self.progress.build_done()
