@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.verdict import judge
+from harness.verdict.asked import unasked, unjudged_trials
 
 
 def test_out_of_memory_while_comparing_drops_the_cache_then_compares_on_the_host(monkeypatch):
@@ -134,3 +135,35 @@ def test_no_screen_without_trials_measured_in_float64_or_for_a_class_set_by_roun
     pj = lane.begin(problem, seeds, rounded)
     _trials(pj)
     assert not pj.screen(_taken(pj, "timed", 1, 3001, lambda o, s: o))
+
+
+# -- what the worker says it ran (harness/verdict/asked.py) ---------------------------------------------
+def test_an_output_is_refused_unless_its_kind_shape_trial_and_seed_are_what_the_lane_asked_for(tmp_path):
+    lane, problem, seeds = _judgement(tmp_path)
+    pj = lane.begin(problem, {**seeds, "timing": [501, 502]}, TOLERANCES)
+    entry = {"kind": "trial", "shape": 0, "trial": 1, "seed": 12}
+    assert unasked(pj.seeds, entry) is None
+    assert unasked(pj.seeds, {**entry, "kind": "timed", "seed": 502}) is None
+    assert unasked(pj.seeds, {**entry, "kind": "profile", "seed": 501}) is None
+    assert "came with seed 13, not the lane's 12" in unasked(pj.seeds, {**entry, "seed": 13})
+    assert "trial 3 of shape 0, which the lane did not ask for" in unasked(pj.seeds, {**entry, "trial": 3})
+    assert "trial True" in unasked(pj.seeds, {**entry, "trial": True})
+    assert "shape 1" in unasked(pj.seeds, {**entry, "shape": 1})
+    assert unasked(pj.seeds, {**entry, "kind": "timed", "seed": 777}) is None  # CUDA: each timed call's own seed
+    assert "the lane times the benchmark shape" in unasked(pj.seeds, {**entry, "kind": "timed", "shape": 1})
+    assert "kind 'extra'" in unasked(pj.seeds, {**entry, "kind": "extra"})
+    taken = pj.take_output({**entry, "seed": 13, "output": [{"device": "cpu"}]}, b"", "cpu")
+    assert taken.problem and "not the lane's 12" in taken.problem
+
+
+def test_a_trial_never_handed_over_fails_the_pair_and_is_named(tmp_path):
+    lane, problem, seeds = _judgement(tmp_path)
+    pj = lane.begin(problem, seeds, TOLERANCES)
+    for i, seed in [(0, 11), (2, 13)]:
+        assert pj.judge_output(_taken(pj, "trial", i, seed, lambda o, s: o))["ok"]
+    assert unjudged_trials(pj.seeds, pj.results) == [{"shape": 0, "trial": 1, "seed": 12}]
+    report = pj.report()
+    assert not report["ok"] and report["failed"]["trial"] == 1 and report["failed"]["seed"] == 12
+    assert "never handed over (1 of the 3 trials" in report["message"]
+    assert pj.judge_output(_taken(pj, "trial", 1, 12, lambda o, s: o))["ok"]
+    assert pj.report()["ok"] and pj.report()["checked"]["shapes"] == 1

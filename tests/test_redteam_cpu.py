@@ -12,7 +12,7 @@ from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 ADD = ["cpp_ok", "cpp_tf32", "cpp_bf16_as_fp32", "cheat_monkeypatch", "cheat_pointer_cache", "cheat_empty", "cheat_mutate_input",
        "cheat_inplace_alias", "cheat_zeros", "cheat_reference_output"]
-CONV = ["ct2d_weight_layout", "ct2d_init_order", "ct2d_fixed_batch", "cheat_reference_output"]
+CONV = ["ct2d_weight_layout", "ct2d_init_order", "ct2d_fixed_batch", "cheat_skip_shapes", "cheat_reference_output"]
 P902 = REPO_ROOT / "problems" / "conv_transpose2d" / "902_conv_transpose2d_odd_unaligned.py"
 
 
@@ -105,6 +105,15 @@ def test_extra_shape_catches_a_benchmark_only_solution(run):
     assert r.status is Status.INCORRECT
     assert "shape overrides" in r.message and "batch_size" in r.message
     assert r.correctness["checked"]["shapes"] == 2
+
+
+def test_a_solution_that_drops_its_workers_extra_shapes_fails_on_the_first_trial_not_handed_over(run):
+    """cheat_skip_shapes: ct2d_fixed_batch, with the extra shapes taken out of its worker's own list at
+    import. The lane knows which trials it asked for; one never handed over fails the pair."""
+    r = conv(run, "cheat_skip_shapes")
+    assert r.status is Status.INCORRECT, r.message
+    assert "its output was never handed over (2 of the 4 trials" in r.message and "batch_size" in r.message
+    assert r.correctness["checked"]["shapes"] == 1 and r.correctness["checked"]["trials"] == 2
 
 
 def test_seeds_recorded_with_secret(run):

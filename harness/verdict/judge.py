@@ -17,6 +17,7 @@ from ..isolate.handoff import HandoffError, Imports, overlaps, snapshot
 from .numerics import classify, diagnose_parameters, explain_by_variants, rounded_tolerance
 from ..core.precision import casts, loosest
 from ..isolate.sandbox import allocation_failed
+from .asked import checked, never_handed_over, unasked
 from .sample import Taken, TimedSample, same_bits
 from .screen import rounded_floor, screened
 from .truth import ProblemState, TruthCache, Truths
@@ -49,6 +50,9 @@ class PairJudgement:
         """While the worker is stopped: copy its output into our own memory, and check that it is
         a plain new tensor on the right device and that the inputs are as they were generated."""
         taken = Taken(entry)
+        taken.problem = unasked(self.seeds, entry)
+        if taken.problem:
+            return taken
         if not entry.get("output"):
             taken.problem = f"forward returned {entry.get('type')}, expected a torch.Tensor"
             return taken
@@ -226,7 +230,7 @@ class PairJudgement:
 
     def report(self) -> dict[str, Any]:
         results = self.results
-        failed = [r for r in results if not r["ok"]]
+        failed = [r for r in results if not r["ok"]] or [r for r in [never_handed_over(self.seeds, results)] if r]
         classes = [r["precision"] for r in results]
         overall = None if failed or not results else loosest(classes, self.run)
         numeric = [r for r in results if r.get("max_abs_error") is not None]
@@ -243,23 +247,11 @@ class PairJudgement:
             "max_rel_error": max((r["max_rel_error"] for r in numeric), default=None),
             "rel_l2_error": max((r["rel_l2_error"] for r in numeric), default=None),
             "min_margin": min((r["margin"] for r in numeric), default=None),
-            "checked": self._checked(),
+            "checked": checked(results, self.sample),
             "truth": {"computed": self.truths.computed, "reused": self.truths.cached, "screened": self.screened,
                       **({"compared_on_host": self.on_host} if self.on_host else {})},
             "outputs": results,
         }
-
-    def _checked(self) -> dict[str, Any]:
-        """What was judged: outputs by kind, shapes, and how the timed calls were chosen."""
-        kinds = [r["kind"] for r in self.results]
-        if self.sample is not None:
-            rule = {"timed_calls": self.sample.seen,
-                    "timed_rule": f"a uniform sample of {self.sample.k} of the timed calls, drawn in secret "
-                                  f"by the lane (every timed call handed over alike)"}
-        else:
-            rule = {"timed_rule": "the last checks.timed_output_checks calls after the timed ones"}
-        return {"trials": kinds.count("trial"), "profiled": kinds.count("profile"), "timed": kinds.count("timed"),
-                "shapes": len(self.seeds["shapes"]), **rule}
 
 
 class Judge:
