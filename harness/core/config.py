@@ -52,6 +52,12 @@ class CorrectnessConfig:
     # ground truth kept in a lane across the pairs of a run, at most this share of the device's
     # memory (the host's on the CPU); 0 keeps none
     truth_cache_fraction: float = 0.3
+    # a pair that would pass with an output within near_bound x of its class's bound (its least
+    # margin) is judged by the draw of its inputs: it runs near_bound_trials more trials of the
+    # benchmark shape, on fresh inputs in a fresh worker, and passes only if they pass too
+    # (harness/run/confirm.py). auto: 20 on the CPU; 0 (none) on CUDA until a GPU run verifies it
+    near_bound: float = 1.5
+    near_bound_trials: int | str = "auto"
 
 
 @dataclass(frozen=True)
@@ -312,6 +318,9 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"cluster must be 'local' or 'ray', got {cfg.cluster!r}")
     if cfg.gpus < 0:
         raise BadInput(where, f"gpus must be a number of GPUs >= 1 or 'all', got {cfg.gpus}")
+    if c.near_bound < 1 or (c.near_bound_trials != "auto" and c.near_bound_trials < 0):
+        raise BadInput(where, f"correctness.near_bound must be >= 1 and correctness.near_bound_trials auto or >= 0, "
+                              f"got {c.near_bound} and {c.near_bound_trials!r}")
     if not 0 <= c.truth_cache_fraction <= 0.9:
         raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
     if not 0 <= t.process_term < 0.5:

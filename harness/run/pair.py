@@ -17,6 +17,7 @@ from .pool import kill
 from ..core.precision import baseline as baseline_of, casts, classes, loosest
 from ..compile.failures import failure, limit_hint
 from .request import _limits, _request, every_timed_call
+from .confirm import confirm
 from .rounds import ReferenceRounds
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict, vouched
 from ..core.results import EvalResult, Status
@@ -194,6 +195,9 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
         t0 = time.monotonic()
         failed = diagnose(lane, job, failed, limits)
         phases["diagnose_s"] = time.monotonic() - t0
+    if not failed:
+        failed = confirm(lane, job, problem, judgement, tolerances, limits, max_payload, phases,
+                         entry.get("out_bytes", 0))
     if failed:
         return result(*failed, timing=timing, build=build)
     profile = {k: v for k, v in (outcome.last("profile") or {}).items() if k not in ("event", "t")}

@@ -389,7 +389,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
     if not report["ok"]:
         failed = report["failed"] or {}
         kind = failed.get("kind", "trial")
-        where = (("the profiled call" if kind == "profile" else f"{kind} {failed.get('trial')}") + f" (seed {failed.get('seed')}"
+        named = {"profile": "the profiled call", "confirm": f"near-bound trial {failed.get('trial')}"}
+        where = (named.get(kind, f"{kind} {failed.get('trial')}") + f" (seed {failed.get('seed')}"
                  + (f", shape overrides {failed['overrides']}" if failed.get("overrides") else "") + ")")
         message = f"{where}: {report['message']}"
         if weights:
@@ -407,6 +408,8 @@ def verdict(job: dict[str, Any], report: dict[str, Any], timing: dict[str, Any],
         # operators, which a solution can see, and which slows launch-bound calls by itself
         profile = {**profile, "timed_ratio": round(profile["total_us"] / 1e3 / median, 4)}
     message = f"{cls} class; {report['message']}"
+    if report.get("near_bound"):
+        message += f"; {report['near_bound']['trials']} more trials passed, as near its bound (correctness.near_bound)"
     if weights:
         message += f"; note: weights differ from the reference ({'; '.join(weights)})"
     if job["solution"].get("problem_names"):

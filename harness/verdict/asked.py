@@ -62,4 +62,4 @@ def checked(results: list[dict[str, Any]], sample) -> dict[str, Any]:
         rule = {"timed_rule": "the last checks.timed_output_checks calls after the timed ones"}
     shapes = {r.get("shape") for r in results if r["kind"] == "trial"}
     return {"trials": kinds.count("trial"), "profiled": kinds.count("profile"), "timed": kinds.count("timed"),
-            "shapes": len(shapes), **rule}
+            "shapes": len(shapes), **rule, **({"confirm": kinds.count("confirm")} if "confirm" in kinds else {})}

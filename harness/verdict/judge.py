@@ -45,6 +45,7 @@ class PairJudgement:
         self.explained = False
         self.screened = 0     # timed outputs judged by the screen, without a float64 truth of their own
         self.on_host = 0      # outputs compared on the host: the device had no room (compare)
+        self.near_bound: dict[str, Any] | None = None  # the more trials a pass near its bound ran (run/confirm.py)
 
     def take_output(self, entry: dict[str, Any], payload: bytes, device: str) -> Taken:
         """While the worker is stopped: copy its output into our own memory, and check that it is
@@ -251,6 +252,7 @@ class PairJudgement:
             "truth": {"computed": self.truths.computed, "reused": self.truths.cached, "screened": self.screened,
                       **({"compared_on_host": self.on_host} if self.on_host else {})},
             "outputs": results,
+            **({"near_bound": self.near_bound} if self.near_bound else {}),
         }
 
 
