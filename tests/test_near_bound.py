@@ -1,7 +1,8 @@
 """More trials for a pair near its class's bound (harness/run/confirm.py, correctness.near_bound):
 a kernel right on every draw still passes, with the trials recorded; one wrong on a few draws that
 the first checks missed fails on the first near-bound trial that draws one; a kernel far from its
-bound runs none. One CPU run of the add, its secret chosen so that the first checks miss."""
+bound runs none. One run of the add on the CPU (and one on CUDA, marked gpu), its secret chosen so
+that the first checks miss."""
 import pytest
 
 from harness.core.config import load_config, with_overrides
@@ -11,32 +12,45 @@ from harness.core.solutions import Pair, solution_from_path
 from harness.run.confirm import trials_for
 from harness.run.pipeline import derive_seed, make_seeds
 from harness.run.runner import evaluate
+from harness.verdict.timing import call_seed
 from conftest import ADD_PROBLEM, FIXTURES, FIXTURE_SOLUTIONS
 
 
-def bad(module, seed: int) -> bool:
-    return float(make_inputs(module, seed, "cpu")[0].flatten()[0]) > 2.0  # near_bound_flaky's wrong draws
+def bad(module, seed: int, device: str) -> bool:
+    return float(make_inputs(module, seed, device)[0].flatten()[0]) > 2.0  # near_bound_flaky's wrong draws
 
 
-def a_secret_the_first_checks_miss(cfg) -> int:
+def timed_seeds(seeds: dict, device: str, calls: int = 40) -> list[int]:
+    """The seeds of the run's timed inputs: the pool's two on the CPU, each call's own on CUDA (fast.yaml
+    makes under ten timed calls: warm-up and at most 5 samples)."""
+    if device == "cpu":
+        return list(seeds["timing"])
+    return [seeds["timing"][0]] + [call_seed(seeds["timing"][0], n) for n in range(calls)]
+
+
+def a_secret_the_first_checks_miss(cfg, device: str) -> int:
     """A secret whose trials and timing inputs are right for near_bound_flaky and one of whose
     near-bound trials is not."""
     module = load_module(ADD_PROBLEM)
-    n = trials_for(cfg.to_dict()["correctness"], "cpu")
+    n = trials_for(cfg.to_dict()["correctness"], device)
     for secret in range(200):
         seeds = make_seeds(cfg.seed, secret, [], cfg.correctness.trials, cfg.correctness.extra_shape_trials)
-        if any(bad(module, s) for s in [*seeds["shapes"][0]["trials"], *seeds["timing"]]):
+        if any(bad(module, s, device) for s in [*seeds["shapes"][0]["trials"], *timed_seeds(seeds, device)]):
             continue
-        if any(bad(module, derive_seed(cfg.seed, secret, "confirm", t)) for t in range(n)):
+        if any(bad(module, derive_seed(cfg.seed, secret, "confirm", t), device) for t in range(n)):
             return secret
-    raise AssertionError("no secret in 200 (about one in three should do)")
+    raise AssertionError("no secret in 200 (about one in three should do on the CPU, one in seven on CUDA)")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def run(request, tmp_path_factory):
+    """The CPU's run (auto: 20 near-bound trials), and on CUDA the same with them asked for (auto is
+    none there until this test has passed on a GPU)."""
+    device = request.param
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
-                         {"results_dir": str(tmp_path_factory.mktemp("results"))})
-    cfg = with_overrides(cfg, {"secret_seed": a_secret_the_first_checks_miss(cfg)})
+                         {"device": device, "results_dir": str(tmp_path_factory.mktemp("results")),
+                          "correctness.near_bound_trials": 20})
+    cfg = with_overrides(cfg, {"secret_seed": a_secret_the_first_checks_miss(cfg, device)})
     add = problem_from_path(ADD_PROBLEM)
     pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py"))
              for n in ("near_bound_ok", "near_bound_flaky", "cheat_reference_output")]

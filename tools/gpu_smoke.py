@@ -17,7 +17,8 @@ change to how solution code is loaded, isolated or run, and quote its last line.
    fixtures on CUDA (test_gpu_checks.py), checked and timed calls alike (test_timed_checks.py),
    the lanes (a hung kernel, late writes, a lane per GPU: test_gpu_lanes.py) and outputs over
    CUDA IPC (test_handoff.py), a CUDA run stopped by SIGTERM while it builds and while a lane
-   judges (test_interrupt.py). `--full` runs every test marked `gpu` instead (the kernels'
+   judges (test_interrupt.py), the near-bound trials' confirming worker on CUDA
+   (test_near_bound.py). `--full` runs every test marked `gpu` instead (the kernels'
    numerics of test_gpu.py, test_gpu_fused.py and test_gpu_precision.py, the diagnostics, the
    gate): run it where a change touches those, in parts.
 3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it (the
@@ -48,7 +49,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "solutions"
 RESULTS = ROOT / "results"
 # the GPU tests of how solution code is loaded, isolated and run (step 2 of the docstring)
 SMOKE_TESTS = ["tests/test_sandbox.py", "tests/test_gpu_checks.py", "tests/test_timed_checks.py",
-               "tests/test_gpu_lanes.py", "tests/test_handoff.py", "tests/test_interrupt.py"]
+               "tests/test_gpu_lanes.py", "tests/test_handoff.py", "tests/test_interrupt.py",
+               "tests/test_near_bound.py"]
 PAIRS = [  # (problem, solution, statuses that pass)
     ("81", "fast", {"ok"}),
     ("elementwise_add", "cuda_add", {"ok"}),
