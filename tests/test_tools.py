@@ -348,6 +348,11 @@ def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
     assert gone == new == []
     differ, renamed, gone, new, same = compare(before, entries(head.format(h="feedbeef", g="00112233", n="new") + body_c))
     assert renamed == [] and len(gone) == 3 and [n[-10:] for n in new] == ["kernel_new"]
+    from tools.ptx_diff import shown
+    b = [n for n in before if n.endswith("kernel_b")][0]
+    lines = shown(before[b], after[b], 10)
+    assert lines[0].startswith("@@") and "-add.f32 %f#1, %f#0, %f#0;" in lines and "+mul.f32 %f#1, %f#0, %f#0;" in lines
+    assert shown(before[b], after[b], 2) == lines[:2] and shown(before[b], before[b], 5) == []
 
 
 def test_host_cost_splits_a_calls_host_time_where_the_model_says_how(tmp_path, capsys):

@@ -3,6 +3,7 @@
 torch lacks) from two trees, compared kernel entry by kernel entry.
 
     python tools/ptx_diff.py BEFORE AFTER [--folder solutions/conv_transpose2d/_shared/fast] [--file dispatch.cu]
+                             [--show N]
 
 BEFORE, AFTER: a git revision (its copy of the folder, by git archive) or WORKTREE (the folder as
 it is). Entries are compared after normalising what changes without the code changing: the file's
@@ -10,7 +11,9 @@ hash in anonymous-namespace names, label and local-depot numbers, each entry's o
 and the virtual registers (renumbered in the order of first use). An entry one side lacks is paired
 with one the other side lacks whose code is the same (renamed: a template parameter added renames
 every instance of its kernel). Prints one line a differing entry, a renamed one and one only a side
-has, and a summary line; exits 1 where an entry both sides have differs. Needs nvcc (about a
+has, and a summary line; exits 1 where an entry both sides have differs. `--show N`: after each
+differing entry's line, the first N lines of a unified diff of its two normalised bodies (where the
+change is, and whether it is one load or the whole kernel). Needs nvcc (about a
 minute a tree for the conv library). Used for issue 77's steps (docs/perf-notes.md).
 """
 from __future__ import annotations
@@ -104,12 +107,21 @@ def compare(before: dict[str, str], after: dict[str, str]):
     return differ, renamed, [k for k in gone if k not in paired], [k for k in new if k not in paired], same
 
 
+def shown(before: str, after: str, lines: int) -> list[str]:
+    """The first `lines` lines of a unified diff of two normalised entries (their hunks, no header)."""
+    import difflib
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=1)
+    return [line for line in diff if not line.startswith(("---", "+++"))][:lines]
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--folder", default=FOLDER, help=f"the library's folder in the repository (default {FOLDER})")
     ap.add_argument("--file", default="dispatch.cu", help="the translation unit in it (default dispatch.cu)")
+    ap.add_argument("--show", type=int, default=0, metavar="N",
+                    help="print the first N lines of each differing entry's unified diff (default 0: none)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="ptx_diff_") as tmp:
@@ -119,6 +131,8 @@ def main(argv: list[str]) -> int:
     differ, renamed, gone, new, same = compare(*sides)
     for name in differ:
         print(f"differs: {name}")
+        for line in shown(sides[0][name], sides[1][name], args.show) if args.show > 0 else []:
+            print(f"    {line}")
     for old, name in renamed:
         print(f"renamed, the same code: {old} -> {name}")
     for name in gone:
