@@ -81,6 +81,10 @@ class ChecksConfig:
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
     secret_timed_checks: str = "auto"   # on: every timed call handed over alike | off: the last ones | auto
     poison: bool = True                 # fill the allocator's free memory with NaN before checked calls
+    # on: only outputs of the trials and timed calls the lane asked for are taken, and a trial never
+    # handed over fails the pair (harness/verdict/asked.py) | off | auto: on the CPU; on CUDA off
+    # until a GPU run verifies it
+    trial_coverage: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -304,6 +308,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
                                   f"got {value!r}")
     if not 0 < k.library_share <= 1 or k.timed_output_checks < 0:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
+    if k.trial_coverage not in ("auto", "on", "off"):
+        raise BadInput(where, f"checks.trial_coverage must be auto, on or off, got {k.trial_coverage!r}")
     if k.secret_timed_checks not in ("auto", "on", "off"):
         raise BadInput(where, f"checks.secret_timed_checks must be auto, on or off, got {k.secret_timed_checks!r}")
     if t.profile not in ("full", "screening"):

@@ -21,6 +21,7 @@ from .confirm import confirm
 from .rounds import ReferenceRounds
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict, vouched
 from ..core.results import EvalResult, Status
+from ..verdict.asked import on_for
 
 
 
@@ -109,7 +110,8 @@ def evaluate_pair(lane, job: dict[str, Any]) -> EvalResult:
     screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
     for attempt in (1, 2):
         judgement = lane.judge.begin(problem, job["seeds"], tolerances, run,
-                                     cfg["checks"]["timed_output_checks"] if every else None)
+                                     cfg["checks"]["timed_output_checks"] if every else None,
+                                     asked=on_for(cfg["checks"], lane.device))
         spare = lane.pool.take()
         rounds = ReferenceRounds(lane, problem, job, entry, lambda j=judgement: compared_role(job, j.results),
                                  limits, tolerances) if refs else None

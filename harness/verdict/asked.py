@@ -8,6 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 
+AUTO_ON = {"cpu": True, "cuda": False}   # checks.trial_coverage: auto; on CUDA once a GPU run has verified it
+
+
+def on_for(checks: dict[str, Any], device: str) -> bool:
+    """Whether checks.trial_coverage is on for a run on `device`."""
+    mode = checks.get("trial_coverage", "auto")
+    return AUTO_ON.get(device, True) if mode == "auto" else mode == "on"
+
+
 def unasked(seeds: dict[str, Any], entry: dict[str, Any]) -> str | None:
     """Why an output's kind, shape, trial and seed are not what the lane asked for (None where they
     are): a trial's seed is its shape's trial's; a timed or profiled call's inputs are the benchmark

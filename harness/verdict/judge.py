@@ -28,10 +28,11 @@ class PairJudgement:
     `truths` (truth.Truths) computes on the lane's side."""
 
     def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-                 run: str = "fp32", sample: int | None = None):
+                 run: str = "fp32", sample: int | None = None, asked: bool = True):
         """`sample`: judge a secret sample of this many timed calls (TimedSample); None: every
-        timed output handed over, as it comes."""
-        self.judge, self.problem, self.seeds = judge, problem, seeds
+        timed output handed over, as it comes. `asked` (checks.trial_coverage): only outputs the lane
+        asked for are taken, and every trial's must come (asked.py)."""
+        self.judge, self.problem, self.seeds, self.asked = judge, problem, seeds, asked
         self.sample = TimedSample(sample, judge.spill_dir, device_bytes=judge.cache.budget // 2) \
             if sample is not None else None
         self.slot = 0         # where the sample keeps the timed output being taken (passes)
@@ -51,7 +52,7 @@ class PairJudgement:
         """While the worker is stopped: copy its output into our own memory, and check that it is
         a plain new tensor on the right device and that the inputs are as they were generated."""
         taken = Taken(entry)
-        taken.problem = unasked(self.seeds, entry)
+        taken.problem = unasked(self.seeds, entry) if self.asked else None
         if taken.problem:
             return taken
         if not entry.get("output"):
@@ -231,7 +232,8 @@ class PairJudgement:
 
     def report(self) -> dict[str, Any]:
         results = self.results
-        failed = [r for r in results if not r["ok"]] or [r for r in [never_handed_over(self.seeds, results)] if r]
+        missing = self.asked and never_handed_over(self.seeds, results)
+        failed = [r for r in results if not r["ok"]] or ([missing] if missing else [])
         classes = [r["precision"] for r in results]
         overall = None if failed or not results else loosest(classes, self.run)
         numeric = [r for r in results if r.get("max_abs_error") is not None]
@@ -274,8 +276,8 @@ class Judge:
         return self.problems[sha256]
 
     def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-              run: str = "fp32", sample: int | None = None) -> PairJudgement:
-        return PairJudgement(self, problem, seeds, tolerances, run, sample)
+              run: str = "fp32", sample: int | None = None, asked: bool = True) -> PairJudgement:
+        return PairJudgement(self, problem, seeds, tolerances, run, sample, asked)
 
     def truths(self, problem: ProblemState, seeds: dict[str, Any], run: str = "fp32") -> Truths:
         """What a pair's outputs are judged against, without judging any (truth.Truths)."""
