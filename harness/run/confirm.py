@@ -23,14 +23,14 @@ AUTO_TRIALS = {"cpu": 20, "cuda": 0}   # auto: on CUDA, none until a GPU run has
 
 
 def trials_for(correctness: dict[str, Any], device: str) -> int:
-    n = correctness.get("near_bound_trials", "auto")
+    n = correctness["near_bound_trials"]
     return AUTO_TRIALS.get(device, 0) if n == "auto" else int(n)
 
 
 def near(report: dict[str, Any], correctness: dict[str, Any]) -> bool:
     """Whether a passing report's least margin is under correctness.near_bound."""
     margin = report.get("min_margin")
-    return bool(report["ok"]) and margin is not None and margin < correctness.get("near_bound", 1.5)
+    return bool(report["ok"]) and margin is not None and margin < correctness["near_bound"]
 
 
 def confirm(lane, job: dict[str, Any], problem, judgement, tolerances: dict[str, Any], limits: dict[str, Any],

@@ -34,8 +34,8 @@ def unasked(seeds: dict[str, Any], entry: dict[str, Any]) -> str | None:
     if not (type(shape) is int and 0 <= shape < len(shapes) and type(trial) is int
             and 0 <= trial < len(shapes[shape]["trials"])):
         return f"an output came as trial {trial!r} of shape {shape!r}, which the lane did not ask for"
-    if seed != shapes[shape]["trials"][trial]:
-        expected = shapes[shape]["trials"][trial]
+    expected = shapes[shape]["trials"][trial]
+    if seed != expected:
         return f"trial {trial} of shape {shape} came with seed {seed!r}, not the lane's {expected}"
     return None
 
