@@ -152,12 +152,12 @@ def test_a_header_the_build_uid_cannot_reach_is_not_put_on_its_path(tmp_path):
     assert policy["readable"] == [str(folder.resolve())]
 
 
-def test_auto_reads_it_on_the_cpu_and_on_cuda_only_when_asked(tmp_path):
-    """`auto` is on for CPU runs; CUDA runs read it with `on` until the GPU smoke runs at a commit with
-    the header's copy beside its .gch (the mend after the smoke at 2f72e60)."""
+def test_every_device_reads_it_and_the_small_cu_header_unless_they_are_off(tmp_path):
+    """`auto` is `on` for CUDA runs too, build.pch and build.cu_header alike, since the GPU smoke ran
+    with them (they were CPU-only and compile-only until then)."""
     from harness.run.pipeline import RunContext
-    for device, mode, wanted in (("cuda", "auto", False), ("cpu", "auto", True), ("cuda", "on", True),
+    for device, mode, wanted in (("cuda", "auto", True), ("cpu", "auto", True), ("cuda", "on", True),
                                  ("cuda", "off", False), ("cpu", "off", False)):
-        cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"build.pch": mode})
+        cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"build.pch": mode, "build.cu_header": mode})
         ctx = RunContext("r", cfg, device, "9.0" if device == "cuda" else "cpu", tmp_path / "cache", tmp_path / "work")
-        assert ctx.compiler().pch is wanted, (device, mode)
+        assert ctx.compiler().pch is wanted and ctx.compiler().cu_header is wanted, (device, mode)

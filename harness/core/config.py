@@ -167,11 +167,10 @@ class TimeoutConfig:
 class BuildConfig:
     jobs: int = 0              # parallel build workers; 0 = number of CPU cores
     cache_dir: str = ""        # "" = $KB_BUILD_CACHE or ~/.cache/kb-harness/builds
-    pch: str = "auto"          # torch/extension.h precompiled for main.cpp (harness/compile/pch.py): auto (CPU runs
-                               # and compile-only; CUDA runs once the GPU smoke runs with its last mend) | on | off
+    pch: str = "auto"          # torch/extension.h precompiled for main.cpp (harness/compile/pch.py): auto (= on,
+                               # every device) | on | off
     cu_header: str = "auto"    # cuda.cu compiled first with torch/extension.h read as torch/types.h, else again with
-                               # it (harness/compile/compiler.py): auto (compile-only; CUDA runs once verified on a
-                               # GPU) | on | off
+                               # it (harness/compile/compiler.py): auto (= on, every device) | on | off
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,10 @@ class RunContext:
 
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
-        # auto: CPU runs and compile-only; CUDA runs once the GPU smoke runs at a commit with the header's copy
-        # beside its .gch (pch.py; the smoke passed at 2f72e60 with it on, before that mend)
-        pch = self.cfg.build.pch == "on" or (self.cfg.build.pch == "auto" and self.device == "cpu")
-        cu_header = self.cfg.build.cu_header == "on"   # auto: compile-only (a CPU run builds no CUDA); CUDA: to verify
+        # auto: on, every device (the H200 corpus run compared verdicts and speedups; docs/harness-perf.md)
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
-                        self.worker_env(), self.cfg.timeouts.build_s, pch, cu_header)
+                        self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
+                        self.cfg.build.cu_header != "off")
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
