@@ -44,8 +44,7 @@ def a_secret_the_first_checks_miss(cfg, device: str) -> int:
 
 @pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def run(request, tmp_path_factory):
-    """The CPU's run (auto: 20 near-bound trials), and on CUDA the same with them asked for (auto is
-    none there until this test has passed on a GPU)."""
+    """The run on the CPU and on CUDA, the near-bound trials asked for as auto gives them."""
     device = request.param
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"device": device, "results_dir": str(tmp_path_factory.mktemp("results")),
@@ -83,7 +82,8 @@ def test_a_kernel_far_from_its_bound_runs_no_more_trials(run):
     assert "confirm_s" not in r.phases
 
 
-def test_auto_is_twenty_on_the_cpu_and_none_on_cuda_until_a_gpu_run_verifies_it():
+def test_auto_is_twenty_on_every_device_and_a_number_is_that_number():
     cfg = load_config(None).to_dict()["correctness"]
-    assert (trials_for(cfg, "cpu"), trials_for(cfg, "cuda")) == (20, 0)
+    assert (trials_for(cfg, "cpu"), trials_for(cfg, "cuda")) == (20, 20)
     assert trials_for({**cfg, "near_bound_trials": 5}, "cuda") == 5
+    assert trials_for({**cfg, "near_bound_trials": 0}, "cpu") == 0

@@ -55,7 +55,7 @@ class CorrectnessConfig:
     # a pair that would pass with an output within near_bound x of its class's bound (its least
     # margin) is judged by the draw of its inputs: it runs near_bound_trials more trials of the
     # benchmark shape, on fresh inputs in a fresh worker, and passes only if they pass too
-    # (harness/run/confirm.py). auto: 20 on the CPU; 0 (none) on CUDA until a GPU run verifies it
+    # (harness/run/confirm.py). auto: 20
     near_bound: float = 1.5
     near_bound_trials: int | str = "auto"
 

@@ -19,12 +19,12 @@ from ..verdict.asked import never_handed_over
 from .pipeline import derive_seed
 from .request import _request
 
-AUTO_TRIALS = {"cpu": 20, "cuda": 0}   # auto: on CUDA, none until a GPU run has verified the confirmation
+AUTO_TRIALS = 20   # near_bound_trials: auto, on every device
 
 
 def trials_for(correctness: dict[str, Any], device: str) -> int:
     n = correctness["near_bound_trials"]
-    return AUTO_TRIALS.get(device, 0) if n == "auto" else int(n)
+    return AUTO_TRIALS if n == "auto" else int(n)
 
 
 def near(report: dict[str, Any], correctness: dict[str, Any]) -> bool:
