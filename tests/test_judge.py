@@ -156,9 +156,9 @@ def test_an_output_is_refused_unless_its_kind_shape_trial_and_seed_are_what_the_
     assert taken.problem and "not the lane's 12" in taken.problem
 
 
-def test_trial_coverage_is_on_on_the_cpu_and_off_on_cuda_until_a_gpu_run_and_off_takes_what_comes(tmp_path):
+def test_trial_coverage_is_on_on_every_device_and_off_takes_what_comes(tmp_path):
     from harness.verdict.asked import on_for
-    assert on_for({"trial_coverage": "auto"}, "cpu") and not on_for({"trial_coverage": "auto"}, "cuda")
+    assert on_for({"trial_coverage": "auto"}, "cpu") and on_for({"trial_coverage": "auto"}, "cuda")
     assert on_for({"trial_coverage": "on"}, "cuda") and not on_for({"trial_coverage": "off"}, "cpu")
     lane, problem, seeds = _judgement(tmp_path)
     pj = lane.begin(problem, seeds, TOLERANCES, asked=False)

@@ -82,8 +82,7 @@ class ChecksConfig:
     secret_timed_checks: str = "auto"   # on: every timed call handed over alike | off: the last ones | auto
     poison: bool = True                 # fill the allocator's free memory with NaN before checked calls
     # on: only outputs of the trials and timed calls the lane asked for are taken, and a trial never
-    # handed over fails the pair (harness/verdict/asked.py) | off | auto: on the CPU; on CUDA off
-    # until a GPU run verifies it
+    # handed over fails the pair (harness/verdict/asked.py) | off | auto: on
     trial_coverage: str = "auto"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 
-AUTO_ON = {"cpu": True, "cuda": False}   # checks.trial_coverage: auto; on CUDA once a GPU run has verified it
+AUTO_ON = {"cpu": True, "cuda": True}   # checks.trial_coverage: auto
 
 
 def on_for(checks: dict[str, Any], device: str) -> bool:
