@@ -291,6 +291,24 @@ class ReferenceRounds:
             return {"reference": stats, strict_role(self.run): stats}
         return {self.role: stats}
 
+    def notes(self, timed: bool) -> dict[str, Any]:
+        """What the pair's timing block says of its rounds: the longest wait for an idle GPU that ran
+        out (`reference_disturbed_ms`), a reference worker that failed (`rounds_failed`), a yardstick
+        that failed where the solution was timed (`yardstick_failed`), and the CPUs both workers were
+        pinned to (`pinned_cpus`) with the solution's blocks that ran elsewhere (`unpinned_blocks`)."""
+        notes: dict[str, Any] = {}
+        if self.disturbed:
+            notes["reference_disturbed_ms"] = round(self.disturbed, 3)
+        if self.failed:
+            notes["rounds_failed"] = self.failed
+        if self.yardstick_failed and timed:
+            notes["yardstick_failed"] = self.yardstick_failed
+        if self.cpus is not None and self.reference.blocks:
+            notes["pinned_cpus"] = sorted(self.cpus)
+            if self.solution.strays:
+                notes["unpinned_blocks"] = self.solution.strays
+        return notes
+
     @property
     def yardstick_failed(self) -> str:
         """Why a pair with a yardstick has no yardstick timing ('' where it has, or has none)."""
