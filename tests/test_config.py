@@ -45,6 +45,7 @@ def test_unknown_top_level_key(tmp_path):
     ("correctness: {trials: 0}\n", "trials must be >= 1"),
     ("a: [\n", "not valid YAML"),
     ("timing: {gate_max_regression: 1.5}\n", "gate_max_regression must be in"),
+    ("build: {yield_to_lanes: sometimes}\n", "build.yield_to_lanes must be one of auto, on, off"),
 ])
 def test_bad_values_rejected(tmp_path, text, message):
     path = tmp_path / "c.yaml"

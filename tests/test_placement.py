@@ -64,6 +64,60 @@ def test_runs_side_by_side_on_one_host_take_different_timing_cpus(own_claims):
     assert full == [1, 0, 1]                                            # all claimed: lane 2 shares the top
 
 
+def test_builds_leave_the_lanes_timing_cpus_to_them(own_claims):
+    """build.yield_to_lanes: where lanes pin, the builds keep off the top CPU of each lane and off
+    any CPU another run's lane holds; looking does not take a claim (a lane claiming at that moment
+    still gets its CPU). auto is off on CUDA until a GPU run; nothing is kept off where no lane pins."""
+    cpus = frozenset(range(16))
+    assert placement.build_cpus("on", "auto", "cuda", 1, cpus) == frozenset(range(15))
+    assert placement.build_cpus("on", "auto", "cuda", 2, cpus) == frozenset(range(14))
+    assert placement.build_cpus("on", "on", "cpu", 1, cpus) == frozenset(range(15))
+    assert placement.build_cpus("auto", "on", "cpu", 1, cpus) == frozenset(range(15))
+    assert placement.build_cpus("auto", "auto", "cuda", 1, cpus) is None      # until a GPU run
+    assert placement.build_cpus("on", "auto", "cpu", 1, cpus) is None         # a CPU lane does not pin
+    assert placement.build_cpus("on", "off", "cuda", 1, cpus) is None
+    assert placement.build_cpus("off", "on", "cuda", 1, cpus) is None
+    assert placement.build_cpus("on", "on", "cuda", 2, frozenset({0, 1})) is None   # nothing would be left
+    code = ("import sys, time; sys.path.insert(0, %r); from harness.run import placement; "
+            "placement.LOCK_DIR = %r; print(placement.claim(list(range(16)), 3), flush=True); time.sleep(60)"
+            % (str(REPO_ROOT), str(own_claims)))
+    other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "12"          # another run's lane 3
+        assert placement.build_cpus("on", "on", "cuda", 1, cpus) == frozenset(range(15)) - {12}
+        assert placement.claimed(12) and not placement.claimed(15) and not placement._held
+        assert placement.timing_cpus("on", "cuda", 0, cpus) == {15}   # looked at, not taken
+    finally:
+        other.kill()
+        other.wait()
+
+
+@two_cpus
+def test_a_build_thread_and_what_it_starts_keep_off_the_timing_cpu(own_claims):
+    """Lanes.build sets its thread's CPUs and priority (nice 10) before the build step: the processes
+    the step starts (the build step, the compile step, the compilers) inherit them; the caller's other
+    threads keep theirs."""
+    import threading
+    from types import SimpleNamespace
+    from harness.run.laneproc import Lanes
+    cfg = with_overrides(load_config(None), {"timing": {"pin_cpu": "on"}, "build": {"yield_to_lanes": "on"}})
+    child = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0))"]
+    run = SimpleNamespace(ctx=SimpleNamespace(cfg=cfg, device="cpu"),
+                          run_build=lambda: subprocess.run(child, capture_output=True, text=True).stdout.strip())
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(Lanes.build(SimpleNamespace(all=[object()]), run)))
+    thread.start()
+    thread.join()
+    mine, nice = sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen == [f"{mine[:-1]} {max(nice, 10)}"] and len(mine) >= 2
+    off = with_overrides(cfg, {"build": {"yield_to_lanes": "off"}})
+    run.ctx.cfg = off
+    thread = threading.Thread(target=lambda: seen.append(Lanes.build(SimpleNamespace(all=[object()]), run)))
+    thread.start()
+    thread.join()
+    assert seen[1] == f"{mine} {nice}"
+
+
 @two_cpus
 def test_every_thread_of_a_process_is_pinned_and_a_stray_is_found():
     code = "import threading, time; [threading.Thread(target=time.sleep, args=(5,)).start() for _ in range(3)]; time.sleep(5)"

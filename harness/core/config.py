@@ -170,6 +170,8 @@ class BuildConfig:
                                # every device) | on | off
     cu_header: str = "auto"    # cuda.cu compiled first with torch/extension.h read as torch/types.h, else again with
                                # it (harness/compile/compiler.py): auto (= on, every device) | on | off
+    yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
+                                  # placement.py build_cpus) at nice 10: auto (= on, off on CUDA until a GPU run) | on | off
 
 
 @dataclass(frozen=True)
@@ -354,6 +356,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"build.pch must be one of auto, on, off, got {cfg.build.pch!r}")
     if cfg.build.cu_header not in ("auto", "on", "off"):
         raise BadInput(where, f"build.cu_header must be one of auto, on, off, got {cfg.build.cu_header!r}")
+    if cfg.build.yield_to_lanes not in ("auto", "on", "off"):
+        raise BadInput(where, f"build.yield_to_lanes must be one of auto, on, off, got {cfg.build.yield_to_lanes!r}")
     if cfg.sandbox not in ("auto", "required", "off"):
         raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
     lim = cfg.limits

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import REPO_ROOT
 from ..isolate import sandbox
+from . import placement
 from ..compile.build import cache_dir_of
 from ..isolate.channel import Channel, ChannelClosed, ProtocolError
 from ..core.config import Config
@@ -21,6 +22,9 @@ from ..core.errors import BadInput
 from ..isolate.isolation import child_env, popen, tail
 from ..core.solutions import Pair
 from ..verdict.timing import malloc_env
+
+
+BUILD_NICE = 10   # a build's priority beside the lanes (build.yield_to_lanes): they preempt it
 
 
 class LaneDied(Exception):
@@ -169,7 +173,15 @@ class Lanes:
                 "node": socket.gethostname()}
 
     def build(self, run) -> Any:
-        """The pair's build step (an EvalResult when the pair ends there, else None)."""
+        """The pair's build step (an EvalResult when the pair ends there, else None). Where the
+        lanes pin their timed workers (build.yield_to_lanes), the build thread, and with it what it
+        starts (the build and compile steps, the compilers), keeps off the lanes' timing CPUs
+        (placement.build_cpus) and runs at nice BUILD_NICE: both are a thread's, and inherited."""
+        cfg = run.ctx.cfg
+        cpus = placement.build_cpus(cfg.build.yield_to_lanes, cfg.timing.pin_cpu, run.ctx.device, len(self.all))
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+            os.setpriority(os.PRIO_PROCESS, 0, max(BUILD_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
         return run.run_build()
 
     def built(self, manifest: dict[str, Any]) -> bool:

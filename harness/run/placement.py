@@ -72,9 +72,52 @@ def timing_cpus(setting: str, device: str, lane_index: int, cpus: frozenset[int]
     top of what it may use, so that lanes of one run do not share one, or where another lane on the
     host (of this run or another) has claimed that CPU the next one down that none has (`claim`)."""
     cpus = allowed() if cpus is None else cpus
-    if setting == "off" or (setting == "auto" and device != "cuda") or len(cpus) < 2:
+    return frozenset({claim(sorted(cpus), lane_index)}) if pins(setting, device, cpus) else None
+
+
+def pins(setting: str, device: str, cpus: frozenset[int]) -> bool:
+    """Whether a lane that may use `cpus` pins its timed workers (timing.pin_cpu `setting`)."""
+    return not (setting == "off" or (setting == "auto" and device != "cuda") or len(cpus) < 2)
+
+
+def build_cpus(setting: str, pin_cpu: str, device: str, lanes: int, cpus: frozenset[int] | None = None) -> frozenset[int] | None:
+    """The CPUs a run's builds may use where its lanes pin their timed workers (`timing_cpus`):
+    all but the top `lanes` (where each lane looks first for its timing CPU) and any CPU another
+    lane on the host has claimed; None (anywhere) where no lane pins, `setting`
+    (build.yield_to_lanes) is off, or auto on CUDA (until a GPU run), or nothing would be left.
+    (The builds also run at a lower priority there: harness/run/laneproc.py Lanes.build.)
+    A compile beside a timed block on its CPU takes turns with it: with 24 build workers on a
+    16-core H200 host, a correct 0.085 ms kernel's timed blocks were slowed past what the lane's
+    clock allows (docs/harness-perf.md, "More build workers than cores")."""
+    cpus = allowed() if cpus is None else cpus
+    if setting == "off" or (setting == "auto" and device == "cuda") or lanes < 1:
         return None
-    return frozenset({claim(sorted(cpus), lane_index)})
+    ordered = sorted(cpus)
+    if not pins(pin_cpu, device, cpus) or lanes >= len(ordered):
+        return None
+    left = frozenset(cpu for cpu in ordered[:-lanes] if not claimed(cpu))
+    return left or None
+
+
+def claimed(cpu: int) -> bool:
+    """Whether a lane on this host holds CPU `cpu` as its timing CPU: its lock file flocked, as
+    /proc/locks lists it (read, not tried: a flock taken to look would turn a lane claiming that
+    CPU at the same moment away)."""
+    if any(held == cpu for held, _ in _held.values()):
+        return True
+    try:
+        inode = os.stat(os.path.join(LOCK_DIR, f"kb-timing-cpu-{cpu}.lock")).st_ino
+        with open("/proc/locks") as locks:
+            text = locks.read()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields:
+            where = next((f for f in fields if f.count(":") == 2), "")
+            if where.rsplit(":", 1)[-1] == str(inode):
+                return True
+    return False
 
 
 LOCK_DIR = tempfile.gettempdir()
