@@ -95,7 +95,8 @@ def build_cpus(setting: str, pin_cpu: str, device: str, lanes: int, cpus: frozen
     ordered = sorted(cpus)
     if not pins(pin_cpu, device, cpus) or lanes >= len(ordered):
         return None
-    left = frozenset(cpu for cpu in ordered[:-lanes] if not claimed(cpu))
+    flocked = _flocked()   # read once for every CPU
+    left = frozenset(cpu for cpu in ordered[:-lanes] if not _claimed(cpu, flocked))
     return left or None
 
 
@@ -103,21 +104,31 @@ def claimed(cpu: int) -> bool:
     """Whether a lane on this host holds CPU `cpu` as its timing CPU: its lock file flocked, as
     /proc/locks lists it (read, not tried: a flock taken to look would turn a lane claiming that
     CPU at the same moment away)."""
-    if any(held == cpu for held, _ in _held.values()):
-        return True
+    return _claimed(cpu, _flocked())
+
+
+def _flocked() -> set[str]:
+    """The inodes (as /proc/locks writes them) of the files flocked on this host."""
     try:
-        inode = os.stat(os.path.join(LOCK_DIR, f"kb-timing-cpu-{cpu}.lock")).st_ino
         with open("/proc/locks") as locks:
             text = locks.read()
     except OSError:
+        return set()
+    fields = [line.split() for line in text.splitlines()]
+    return {next((f for f in row if f.count(":") == 2), "").rsplit(":", 1)[-1] for row in fields if "FLOCK" in row}
+
+
+def _claimed(cpu: int, flocked: set[str]) -> bool:
+    if any(held == cpu for held, _ in _held.values()):
+        return True
+    try:
+        return str(os.stat(_lock_path(cpu)).st_ino) in flocked
+    except OSError:
         return False
-    for line in text.splitlines():
-        fields = line.split()
-        if "FLOCK" in fields:
-            where = next((f for f in fields if f.count(":") == 2), "")
-            if where.rsplit(":", 1)[-1] == str(inode):
-                return True
-    return False
+
+
+def _lock_path(cpu: int) -> str:
+    return os.path.join(LOCK_DIR, f"kb-timing-cpu-{cpu}.lock")
 
 
 LOCK_DIR = tempfile.gettempdir()
@@ -127,7 +138,7 @@ _held: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}   # (lane, CPUs) 
 def _lock(cpu: int) -> int | None:
     """An exclusive flock on CPU `cpu`'s lock file, the fd holding it; None where another process
     (or another lane of this one) holds it, or the file cannot be opened (another user's, say)."""
-    path = os.path.join(LOCK_DIR, f"kb-timing-cpu-{cpu}.lock")
+    path = _lock_path(cpu)
     try:  # an existing file is opened without O_CREAT (fs.protected_regular refuses that for another user's)
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:

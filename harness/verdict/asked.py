@@ -8,13 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 
-AUTO_ON = {"cpu": True, "cuda": True}   # checks.trial_coverage: auto
-
-
 def on_for(checks: dict[str, Any], device: str) -> bool:
-    """Whether checks.trial_coverage is on for a run on `device`."""
-    mode = checks.get("trial_coverage", "auto")
-    return AUTO_ON.get(device, True) if mode == "auto" else mode == "on"
+    """Whether checks.trial_coverage is on for a run on `device` (auto: on, every device alike)."""
+    return checks.get("trial_coverage", "auto") != "off"
 
 
 def unasked(seeds: dict[str, Any], entry: dict[str, Any]) -> str | None:
