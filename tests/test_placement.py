@@ -67,13 +67,13 @@ def test_runs_side_by_side_on_one_host_take_different_timing_cpus(own_claims):
 def test_builds_leave_the_lanes_timing_cpus_to_them(own_claims):
     """build.yield_to_lanes: where lanes pin, the builds keep off the top CPU of each lane and off
     any CPU another run's lane holds; looking does not take a claim (a lane claiming at that moment
-    still gets its CPU). auto is off on CUDA until a GPU run; nothing is kept off where no lane pins."""
+    still gets its CPU). Nothing is kept off where no lane pins."""
     cpus = frozenset(range(16))
     assert placement.build_cpus("on", "auto", "cuda", 1, cpus) == frozenset(range(15))
     assert placement.build_cpus("on", "auto", "cuda", 2, cpus) == frozenset(range(14))
     assert placement.build_cpus("on", "on", "cpu", 1, cpus) == frozenset(range(15))
     assert placement.build_cpus("auto", "on", "cpu", 1, cpus) == frozenset(range(15))
-    assert placement.build_cpus("auto", "auto", "cuda", 1, cpus) is None      # until a GPU run
+    assert placement.build_cpus("auto", "auto", "cuda", 1, cpus) == frozenset(range(15))
     assert placement.build_cpus("on", "auto", "cpu", 1, cpus) is None         # a CPU lane does not pin
     assert placement.build_cpus("on", "off", "cuda", 1, cpus) is None
     assert placement.build_cpus("off", "on", "cuda", 1, cpus) is None

@@ -171,7 +171,7 @@ class BuildConfig:
     cu_header: str = "auto"    # cuda.cu compiled first with torch/extension.h read as torch/types.h, else again with
                                # it (harness/compile/compiler.py): auto (= on, every device) | on | off
     yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
-                                  # placement.py build_cpus) at nice 10: auto (= on, off on CUDA until a GPU run) | on | off
+                                  # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
 
 
 @dataclass(frozen=True)

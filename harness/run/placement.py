@@ -84,13 +84,13 @@ def build_cpus(setting: str, pin_cpu: str, device: str, lanes: int, cpus: frozen
     """The CPUs a run's builds may use where its lanes pin their timed workers (`timing_cpus`):
     all but the top `lanes` (where each lane looks first for its timing CPU) and any CPU another
     lane on the host has claimed; None (anywhere) where no lane pins, `setting`
-    (build.yield_to_lanes) is off, or auto on CUDA (until a GPU run), or nothing would be left.
+    (build.yield_to_lanes) is off, or nothing would be left.
     (The builds also run at a lower priority there: harness/run/laneproc.py Lanes.build.)
     A compile beside a timed block on its CPU takes turns with it: with 24 build workers on a
     16-core H200 host, a correct 0.085 ms kernel's timed blocks were slowed past what the lane's
     clock allows (docs/harness-perf.md, "More build workers than cores")."""
     cpus = allowed() if cpus is None else cpus
-    if setting == "off" or (setting == "auto" and device == "cuda") or lanes < 1:
+    if setting == "off" or lanes < 1:
         return None
     ordered = sorted(cpus)
     if not pins(pin_cpu, device, cpus) or lanes >= len(ordered):
