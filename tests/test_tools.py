@@ -132,6 +132,35 @@ def test_gpu_smoke_counts_its_tests_and_a_part_that_ran_none_fails():
     assert pytest_part("", -9, "")[1]                      # killed: no line at all
 
 
+def test_gpu_smoke_runs_its_pairs_at_once_and_judges_each_by_its_result(tmp_path, monkeypatch):
+    import io
+    import sys
+    import time
+    from tools import gpu_smoke
+    monkeypatch.setattr(gpu_smoke, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(gpu_smoke, "PAIRS", [("p", "good", {"ok"}), ("p", "cheat", {"incorrect"}),
+                                             ("p", "open", {"ok"}), ("p", "none", {"ok"})])
+    monkeypatch.setattr(gpu_smoke, "sandbox_problems",
+                        lambda r: [] if r["sandbox"]["active"] else ["landlock-fs"])
+    script = ("import json, sys, time, pathlib; run, sol = sys.argv[1:]; time.sleep(2); print('ran', sol)\n"
+              "if sol != 'none':\n"
+              "    d = pathlib.Path(%r) / run; d.mkdir(parents=True)\n"
+              "    status = {'good': 'ok', 'cheat': 'incorrect', 'open': 'ok'}[sol]\n"
+              "    json.dump({'status': status, 'message': 'm', 'sandbox': {'active': [] if sol == 'open' else ['x']}},"
+              " open(d / 'r.json', 'w'))\n" % str(tmp_path / "results"))
+    monkeypatch.setattr(gpu_smoke, "pair_command", lambda problem, solution, run_id:
+                        [sys.executable, "-c", script, run_id, solution])
+    log = io.StringIO()
+    start = time.monotonic()
+    passed, notes = gpu_smoke.run_pairs(tmp_path, log)
+    assert time.monotonic() - start < 6                     # four runs of 2 s each, at once
+    assert passed == 2, notes
+    assert notes == ["p/open: ok (wanted ok), sandbox without landlock-fs: m", "p/none: 0 results (exit 0)"]
+    text = log.getvalue()                                    # each run's output, in PAIRS' order
+    assert [text.index(f"ran {s}") for s in ("good", "cheat", "open", "none")] == sorted(
+        text.index(f"ran {s}") for s in ("good", "cheat", "open", "none"))
+
+
 def test_variant_arity_reads_the_variants_own_argument_list():
     from tools.ab_variants import variant_arity
     args = "#define CT2D_ARGS                \\\n  torch::Tensor x, torch::Tensor wp,  \\\n      int64_t epilogue, double epi_a\n#define X\n"

@@ -5,7 +5,7 @@ change to how solution code is loaded, isolated or run, and quote its last line.
                               [--deadline SECONDS] [--tests-from FILE]
 
 1. The README's main command on a few pairs, with the default config (sandbox: auto, as a new
-   user runs it), each in its own run: a fast solution (81 fast, its library built cold if the
+   user runs it), each in its own run, the runs at once: a fast solution (81 fast, its library built cold if the
    cache lacks it), the CUDA example (cuda_add), a cheat that must fail (cheat_late_thread: it
    rewrites its output after forward returned) and a fault that must be contained
    (cuda_fault_far: a write 64 GiB out of bounds, the solution's runtime_error, the run goes on).
@@ -67,16 +67,34 @@ def sandbox_problems(result: dict) -> list[str]:
     return missing
 
 
+def pair_command(problem: str, solution: str, run_id: str) -> list[str]:
+    return [sys.executable, "run_eval.py", "--problem", problem, "--solution", solution,
+            "--results-dir", str(RESULTS), "--run-id", run_id]
+
+
 def run_pairs(out: Path, log) -> tuple[int, list[str]]:
-    passed, notes = 0, []
+    """The pairs, each in its own run of the main command, all started at once (a second run on the
+    host is what a shared GPU machine sees: each run's lane claims its own CPUs and the builds keep
+    off them); their logs in PAIRS' order once all have ended."""
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    started = []
     for problem, solution, wanted in PAIRS:
-        run_id = f"smoke-{time.strftime('%Y%m%d-%H%M%S')}-{problem}-{Path(solution).stem}"
-        start = time.monotonic()
-        proc = subprocess.run([sys.executable, "run_eval.py", "--problem", problem, "--solution", solution,
-                               "--results-dir", str(RESULTS), "--run-id", run_id], cwd=ROOT,
-                              capture_output=True, text=True, timeout=1200)
+        run_id = f"smoke-{stamp}-{problem}-{Path(solution).stem}"
+        sink = open(out / f"pair-{problem}-{Path(solution).stem}.log", "w+")
+        proc = subprocess.Popen(pair_command(problem, solution, run_id), cwd=ROOT, stdout=sink,
+                                stderr=subprocess.STDOUT, text=True)
+        started.append((problem, solution, wanted, run_id, proc, sink, time.monotonic()))
+    passed, notes = 0, []
+    for problem, solution, wanted, run_id, proc, sink, start in started:
+        try:
+            proc.wait(timeout=max(1200 - (time.monotonic() - start), 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        sink.seek(0)
         log.write(f"$ run_eval.py --problem {problem} --solution {solution} (exit {proc.returncode}, "
-                  f"{time.monotonic() - start:.0f} s)\n{proc.stdout}{proc.stderr}\n")
+                  f"ended {time.monotonic() - start:.0f} s after the start)\n{sink.read()}\n")
+        sink.close()
         files = [p for p in (RESULTS / run_id).glob("*.json") if p.name != "run.json"]
         if len(files) != 1:
             notes.append(f"{problem}/{Path(solution).stem}: {len(files)} results (exit {proc.returncode})")
