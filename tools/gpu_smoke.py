@@ -24,10 +24,10 @@ change to how solution code is loaded, isolated or run, and quote its last line.
 3. One summary line, last; also written to DIR/gpu_smoke.txt with the logs beside it (the
    pairs' results under results/smoke-*).
 
-Measured on an H200 at f61aba4, the family's library cached: the pairs and test_sandbox,
-test_gpu_checks and test_timed_checks (17 tests) 539 s, then test_gpu_lanes and test_handoff (11
-tests, `--skip-pairs --tests-from`) 338 s, of which the hung kernel's test 140 s: two calls of a lent
-machine; `--full` takes several. Where a call is short, give each part a
+Measured on an H100 at d194ab8, a fresh machine: the four pairs at once 152 s (one after another,
+b06405c on an H200: 111 + 54 + 21 + 64 = 250 s), then 21 of the smoke set's 33 tests by the
+deadline of 565 s; the other 12 (`--skip-pairs --tests-from`) 240 s: two calls of a lent machine;
+`--full` takes several. Where a call is short, give each part a
 `--deadline` inside the call's limit: a part stopped there says INCOMPLETE with what ran and
 writes the tests it did not reach to DIR/gpu_smoke_rest.txt, which `--skip-pairs --tests-from`
 takes in the next call; quote every part's line.
@@ -41,6 +41,8 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -72,28 +74,37 @@ def pair_command(problem: str, solution: str, run_id: str) -> list[str]:
             "--results-dir", str(RESULTS), "--run-id", run_id]
 
 
+def _wait(proc: subprocess.Popen, ended: list[float], start: float, limit: float = 1200) -> None:
+    """Wait for a pair's run (killed past `limit` seconds) and note when it ended."""
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    ended.append(time.monotonic() - start)
+
+
 def run_pairs(out: Path, log) -> tuple[int, list[str]]:
     """The pairs, each in its own run of the main command, all started at once (a second run on the
     host is what a shared GPU machine sees: each run's lane claims its own CPUs and the builds keep
     off them); their logs in PAIRS' order once all have ended."""
     stamp = time.strftime('%Y%m%d-%H%M%S')
-    started = []
+    start, started = time.monotonic(), []
     for problem, solution, wanted in PAIRS:
         run_id = f"smoke-{stamp}-{problem}-{Path(solution).stem}"
-        sink = open(out / f"pair-{problem}-{Path(solution).stem}.log", "w+")
+        sink = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(pair_command(problem, solution, run_id), cwd=ROOT, stdout=sink,
                                 stderr=subprocess.STDOUT, text=True)
-        started.append((problem, solution, wanted, run_id, proc, sink, time.monotonic()))
+        ended: list[float] = []
+        waiter = threading.Thread(target=_wait, args=(proc, ended, start), daemon=True)
+        waiter.start()
+        started.append((problem, solution, wanted, run_id, proc, sink, waiter, ended))
     passed, notes = 0, []
-    for problem, solution, wanted, run_id, proc, sink, start in started:
-        try:
-            proc.wait(timeout=max(1200 - (time.monotonic() - start), 1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    for problem, solution, wanted, run_id, proc, sink, waiter, ended in started:
+        waiter.join()
         sink.seek(0)
         log.write(f"$ run_eval.py --problem {problem} --solution {solution} (exit {proc.returncode}, "
-                  f"ended {time.monotonic() - start:.0f} s after the start)\n{sink.read()}\n")
+                  f"{ended[0]:.0f} s)\n{sink.read()}\n")
         sink.close()
         files = [p for p in (RESULTS / run_id).glob("*.json") if p.name != "run.json"]
         if len(files) != 1:
