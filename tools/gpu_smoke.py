@@ -41,9 +41,8 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,14 +73,16 @@ def pair_command(problem: str, solution: str, run_id: str) -> list[str]:
             "--results-dir", str(RESULTS), "--run-id", run_id]
 
 
-def _wait(proc: subprocess.Popen, ended: list[float], start: float, limit: float = 1200) -> None:
-    """Wait for a pair's run (killed past `limit` seconds) and note when it ended."""
+def _run_pair(problem: str, solution: str, run_id: str) -> tuple[subprocess.CompletedProcess, float]:
+    """One pair's run (killed past 1200 s) and its seconds."""
+    start = time.monotonic()
+    cmd = pair_command(problem, solution, run_id)
     try:
-        proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    ended.append(time.monotonic() - start)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired as exc:   # its output so far comes as bytes
+        out, err = (b.decode(errors="replace") if isinstance(b, bytes) else b or "" for b in (exc.stdout, exc.stderr))
+        proc = subprocess.CompletedProcess(cmd, -9, out, err + "\nkilled after 1200 s\n")
+    return proc, time.monotonic() - start
 
 
 def run_pairs(out: Path, log) -> tuple[int, list[str]]:
@@ -89,23 +90,15 @@ def run_pairs(out: Path, log) -> tuple[int, list[str]]:
     host is what a shared GPU machine sees: each run's lane claims its own CPUs and the builds keep
     off them); their logs in PAIRS' order once all have ended."""
     stamp = time.strftime('%Y%m%d-%H%M%S')
-    start, started = time.monotonic(), []
-    for problem, solution, wanted in PAIRS:
-        run_id = f"smoke-{stamp}-{problem}-{Path(solution).stem}"
-        sink = tempfile.TemporaryFile("w+")
-        proc = subprocess.Popen(pair_command(problem, solution, run_id), cwd=ROOT, stdout=sink,
-                                stderr=subprocess.STDOUT, text=True)
-        ended: list[float] = []
-        waiter = threading.Thread(target=_wait, args=(proc, ended, start), daemon=True)
-        waiter.start()
-        started.append((problem, solution, wanted, run_id, proc, sink, waiter, ended))
+    with ThreadPoolExecutor(len(PAIRS)) as pool:
+        started = [(problem, solution, wanted, run_id, pool.submit(_run_pair, problem, solution, run_id))
+                   for problem, solution, wanted in PAIRS
+                   for run_id in [f"smoke-{stamp}-{problem}-{Path(solution).stem}"]]
     passed, notes = 0, []
-    for problem, solution, wanted, run_id, proc, sink, waiter, ended in started:
-        waiter.join()
-        sink.seek(0)
+    for problem, solution, wanted, run_id, future in started:
+        proc, took = future.result()
         log.write(f"$ run_eval.py --problem {problem} --solution {solution} (exit {proc.returncode}, "
-                  f"{ended[0]:.0f} s)\n{sink.read()}\n")
-        sink.close()
+                  f"{took:.0f} s)\n{proc.stdout}{proc.stderr}\n")
         files = [p for p in (RESULTS / run_id).glob("*.json") if p.name != "run.json"]
         if len(files) != 1:
             notes.append(f"{problem}/{Path(solution).stem}: {len(files)} results (exit {proc.returncode})")
