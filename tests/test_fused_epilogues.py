@@ -119,7 +119,7 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
         return as_asked(y if b is None else y + b.reshape(1, -1, 1, 1))
     fast.FastConvTranspose2d.forward = forward
     fast.pack = lambda *a, **k: types.SimpleNamespace(phase=None, phase_frag=None, mma=None, mmh=None, mmh_exp=0,
-                                                      wgmma=None, wh=None, wh_exp=0)  # no packing in the emulation
+                                                      wgmma=None, wh=None, wh_exp=0, wb=None)  # no packing in the emulation
 
     def phase_interleave(subs, offsets, sh, sw, n, c, h, w, bias, kind, a, b):  # split.cu's indexing
         e = torch.arange(n * c * h * w)

@@ -17,8 +17,8 @@ _HERE = Path(__file__).resolve().parent
 FAST_DIR = _HERE / "fast"
 
 _ARGS = """torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm, torch::Tensor wmh, int64_t wmh_exp,
-    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout, int64_t KH,
-    int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
+    torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, torch::Tensor wb, c10::optional<torch::Tensor> bias,
+    int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config, int64_t epilogue, double epi_a,
     double epi_b, int64_t out_fp16"""
 FAST_DECL = f"torch::Tensor conv_transpose2d_fast({_ARGS});\n"
@@ -103,8 +103,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
         p = self._packed_weights()
-        return (x, p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, self._bias(), c.out_channels,
-                kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config,
+        return (x, p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, p.wb, self._bias(),
+                c.out_channels, kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config,
                 EPILOGUES.index(self.epilogue), float(self.epilogue_args[0]), float(self.epilogue_args[1]),
                 int(self.out_fp16))
 
@@ -123,24 +123,16 @@ class FastConvTranspose2dBF16(FastConvTranspose2d):
     """bf16 runs (--precision bf16): the TF32-class kernels with the weights and the bias widened to
     fp32. bf16's 8-bit significand fits TF32's and (scaled) fp16's, so every product is exact and
     the sum is fp32's, rounded once to bf16: fp32 math rounded once, the bf16 class's best. x goes
-    in as bf16 and the kernels write bf16 themselves: the stride-1 kernels with fp16 products
-    (ct2d_wgf also reads x as bf16; ct2d_mmh stages it widened) and the phase kernel's TF32 variant
-    (strided or grouped; widens x as it stages it). Elsewhere (stride 1, one group, fewer than 32
-    output channels) the fp32 rule runs on x widened and the output is rounded once
-    (fast/dispatch.cu; plan(x).io says which)."""
+    in as bf16 and the kernels write bf16 themselves: on stride 1, bf16 products on x as it is
+    (ct2d_wgf on the weight's bf16 parts, ct2d_mmh), or where their staging does not apply the fp16
+    products (ct2d_wgf) and x widened (ct2d_mmh); strided or grouped, the phase kernel's TF32 variant
+    (widens x as it stages it; config 9: its bf16 mma.sync). Elsewhere the fp32 rule runs on x
+    widened and the output is rounded once (fast/dispatch.cu; plan(x).io says which)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16:
             raise TypeError(f"fast_bf16 is for bf16 runs (--precision bf16); x is {x.dtype}")
         return super().forward(x)
-
-    def _args(self, x: torch.Tensor) -> tuple:
-        """config 9 (issue 77, until measured): the wgmma kernel's bf16 products take the weights'
-        bf16 parts (ct2d_pack.bf16_parts, unscaled) in place of the fp16 ones."""
-        args = super()._args(x)
-        if self.config != 9:
-            return args
-        return args[:7] + (self._packed_weights().wb, 0) + args[9:]
 
     def _bias(self):
         """The bias widened to fp32, once per bias version (a conversion per call is one more

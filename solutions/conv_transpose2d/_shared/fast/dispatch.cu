@@ -36,7 +36,7 @@ namespace {
 
 // One call: its tensors and hyper-parameters, the output once allocated, and what runs.
 struct Call {
-  torch::Tensor x, wp, wt, wm, wmh, wg, wh, y;
+  torch::Tensor x, wp, wt, wm, wmh, wg, wh, wb, y;  // wb: bf16 weight parts (a bf16 weight), else empty
   int64_t wmh_exp, wh_exp;
   const float* b;  // bias (fp32) or null
   int64_t Cout, KH, KW, sh, sw, ph, pw, oph, opw, dh, dw, groups, split, config;
@@ -94,12 +94,18 @@ bool run_phase_fma(Call& c);
 // takes every strided or grouped shape; its tensor-core variants need the weights' fragments in
 // shared memory, and row 8 takes what they do not fit.
 const Route kRoutes[] = {
-    {"ct2d_wgf", true, true,  // config 9 on a bf16 x: its bf16 products (the Python side passes bf16 parts as wh)
+    {"ct2d_wgf", true, true,  // a bf16 x: bf16 products on its bf16 parts (wb), else (config 0) the fp16 ones
      [](const Call& c) {
        return c.sm90a() && c.stride1_one_group() && (c.config == 0 || (c.config == 9 && c.bf16())) && c.Cout > 32 &&
-              c.wh.numel() > 0 && c.split == 1;
+              (c.wh.numel() > 0 || (c.bf16() && c.wb.numel() > 0)) && c.split == 1;
      },
-     [](Call& c) { return run_wgf(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan); }},
+     [](Call& c) {
+       if (c.bf16() && c.wb.numel() > 0 &&
+           run_wgf(c.x, c.wb, 0, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan))
+         return true;
+       return (!c.bf16() || c.config == 0) && c.wh.numel() > 0 &&
+              run_wgf(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan);
+     }},
     {"ct2d_wgh", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.config == 0 && c.Cout > 32 && c.wh.numel() > 0 && c.split == 3; },
      [](Call& c) { return run_wgh(c.x, c.wh, c.wh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.stream, c.plan); }},
@@ -109,11 +115,14 @@ const Route kRoutes[] = {
               ((c.config == 0 && c.Cout > 32) || c.config == 5 || c.config == 6 || c.config == 8);
      },
      [](Call& c) { return run_wg(c.x, c.wg, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.config, c.stream, c.plan); }},
-    {"ct2d_mma", true, false,  // a bf16 x: ct2d_mmh only, its x widened for the fp32 staging (config 9: as it is)
+    {"ct2d_mma", true, false,  // a bf16 x: ct2d_mmh only, its bf16 MMAs on x as it is, else (config 0) x widened
      [](const Call& c) { return c.stride1_one_group() && c.wm.numel() > 0; },
      [](Call& c) {
-       return run_mma(c.bf16() && c.config != 9 ? c.x.to(at::kFloat) : c.x, c.wm, c.wmh, c.wmh_exp, c.b, c.y, c.KH,
-                      c.KW, c.ph, c.pw, c.dh, c.dw, c.split, c.config, c.stream, c.plan);
+       auto run = [&](const torch::Tensor& x) {
+         return run_mma(x, c.wm, c.wmh, c.wmh_exp, c.b, c.y, c.KH, c.KW, c.ph, c.pw, c.dh, c.dw, c.split, c.config,
+                        c.stream, c.plan);
+       };
+       return run(c.x) || (c.bf16() && c.config == 0 && run(c.x.to(at::kFloat)));
      }},
     {"ct2d_wg", false, false,
      [](const Call& c) { return c.sm90a() && c.stride1_one_group() && c.split == 1 && c.wg.numel() > 0 && c.config == 0; },
@@ -213,8 +222,11 @@ torch::Tensor execute(Call& c) {
     return c.y;
   }
   c.stream = c10::cuda::getCurrentCUDAStream();
-  // a bf16 call takes the bf16 rows with config 0, and with config 9 the bf16 MMAs (issue 77, until
-  // measured): row 6's off stride 1, row 1's ct2d_wgf and row 4's ct2d_mmh on stride 1
+  // a bf16 call takes the bf16 rows with config 0 and 9. On stride 1 both run bf16 MMAs on x as it is
+  // where they apply (row 1's ct2d_wgf on the weight's bf16 parts, row 4's ct2d_mmh; issue 77: 1.1-1.8x
+  // faster than the fp16 products and the widened x on the family's five stride-1 problems, H100), and
+  // config 0 falls back to the fp16 products (row 1) and x widened (row 4) where they do not; off
+  // stride 1, row 6: config 0 its TF32 variant on x widened as staged, config 9 its bf16 mma.sync
   const bool bf16_ok = !c.bf16() || (c.split == 1 && (c.config == 0 || c.config == 9));
   for (const Route& r : kRoutes) {
     if ((c.bf16() && !(r.bf16 && bf16_ok)) || (c.out_fp16 && !r.fp16_out) || !r.applies(c)) continue;
@@ -248,18 +260,19 @@ torch::Tensor execute(Call& c) {
 // epilogue (kind and its two scalars; 0: none), and out_fp16 (1: y in fp16, Call::out_fp16).
 #define CT2D_ARGS                                                                                             \
   torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm, torch::Tensor wmh, int64_t wmh_exp,  \
-      torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, c10::optional<torch::Tensor> bias, int64_t Cout,    \
+      torch::Tensor wg, torch::Tensor wh, int64_t wh_exp, torch::Tensor wb, c10::optional<torch::Tensor> bias, \
+      int64_t Cout,                                                                                           \
       int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,               \
       int64_t outpad_h, int64_t outpad_w, int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split,        \
       int64_t config, int64_t epilogue, double epi_a, double epi_b, int64_t out_fp16
 #define CT2D_ARG_NAMES                                                                                        \
-  x, wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, bias, Cout, KH, KW, stride_h, stride_w, pad_h, pad_w, outpad_h, \
+  x, wp, wt, wm, wmh, wmh_exp, wg, wh, wh_exp, wb, bias, Cout, KH, KW, stride_h, stride_w, pad_h, pad_w, outpad_h, \
       outpad_w, dil_h, dil_w, groups, split, config, epilogue, epi_a, epi_b, out_fp16
 
 // bias_c keeps a contiguous copy of the bias alive for the call.
 Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
   Call c{};
-  c.x = x; c.wp = wp; c.wt = wt; c.wm = wm; c.wmh = wmh; c.wg = wg; c.wh = wh;
+  c.x = x; c.wp = wp; c.wt = wt; c.wm = wm; c.wmh = wmh; c.wg = wg; c.wh = wh; c.wb = wb;
   c.wmh_exp = wmh_exp; c.wh_exp = wh_exp;
   c.Cout = Cout; c.KH = KH; c.KW = KW; c.sh = stride_h; c.sw = stride_w; c.ph = pad_h; c.pw = pad_w;
   c.dh = dil_h; c.dw = dil_w; c.groups = groups; c.split = split; c.config = config;
@@ -282,8 +295,8 @@ Call make_call(CT2D_ARGS, torch::Tensor& bias_c, bool launch) {
 
 // x: (N, Cin, H, W) fp32 or bf16 CUDA. The weights as ct2d_pack.py packs them: wp (phase_weights),
 // wt (phase_fragments; empty: the CUDA-core phase kernel only), wm (mma_weights), wmh and wmh_exp
-// (mma_fp16), wg (wgmma_weights), wh and wh_exp (fp16_parts: hi for split 1, hi and lo for split 3);
-// wm, wmh, wg and wh may be empty where their kernel does not apply. Returns y.
+// (mma_fp16), wg (wgmma_weights), wh and wh_exp (fp16_parts: hi for split 1, hi and lo for split 3),
+// wb (bf16_parts: a bf16 weight's, for ct2d_wgf's bf16 products); wm, wmh, wg, wh and wb may be empty where their kernel does not apply. Returns y.
 torch::Tensor conv_transpose2d_fast(CT2D_ARGS) {
   torch::Tensor bias_c;
   Call c = make_call(CT2D_ARG_NAMES, bias_c, true);
