@@ -11,6 +11,7 @@ with >= 5x; zeros, a one-element shift and a flipped kernel fail; bf16 arithmeti
 fails fp16. The CPU's own half convolution is less accurate than cuDNN's (part of its sum in the
 dtype): it passes with about 3x."""
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -116,6 +117,59 @@ def test_bf16_arithmetic_fails_both_fp32_classes(name, kind):
     cls, c = classify(out, truth, torch.float32, {"fp32": CFG.fp32, "tf32": tol})
     assert cls is None, c.message
     assert c.rel_l2_error > 1.3 * tol.rel_l2, (c.rel_l2_error, tol.rel_l2)
+
+
+def _large_sums():
+    """KernelBench level 1's matmuls: sums of K products of randn, an output's RMS sqrt(K) (64 here),
+    so that elements near 0 sit far below their row's rounding error in any arithmetic but fp64."""
+    torch.manual_seed(0)
+    m, xs = MatMul(), [torch.randn(64, 4096), torch.randn(4096, 64)]
+    with torch.no_grad():
+        truth = xs[0].double() @ xs[1].double()
+    return m, xs, truth
+
+
+def test_tf32_arithmetic_on_large_sums_passes_the_tf32_class_elementwise_too():
+    """The fixed atol (5e-3) held TF32 arithmetic on a matmul of randn to less than it makes: its
+    errors near 0 are e_tf32 x the RMS (about 0.02 here), so it failed on many elements (KernelBench's
+    6_Matmul_with_large_K, 131,072 products: 2,294 of 65,536). With atol at least atol_rms x TF32's
+    own RMS error on the output it passes with 2x margin; an fp32 kernel summing in order passes;
+    bf16 arithmetic still fails."""
+    m, xs, truth = _large_sums()
+    errors = rounding_errors(m, xs, truth, "cpu")
+    assert errors["truth_rms"] == pytest.approx(float(truth.pow(2).mean().sqrt()), rel=1e-9)
+    tf32 = arithmetic(m, xs, "tf32")
+    fixed = rounded_tolerance(dataclasses.replace(CFG.tf32, atol_rms=None), errors, CFG.fp32.rel_l2)
+    old = compare(tf32, truth, torch.float32, fixed)
+    assert not old.ok and old.mismatched > 50, old.message  # the fixed atol: TF32 itself fails
+    tol = rounded_tolerance(CFG.tf32, errors, CFG.fp32.rel_l2)
+    assert tol.atol == pytest.approx(CFG.tf32.atol_rms * errors["tf32"] * errors["truth_rms"])
+    c = compare(tf32, truth, torch.float32, tol)
+    assert c.ok and c.margin >= 2, c.message
+    in_order = xs[0] @ xs[1]  # fp32 sums (a blocked order; a one-thread loop is within 2x of it here)
+    assert compare(in_order, truth, torch.float32, tol).ok
+    for kind in ("bf16", "bf16_out"):
+        cls, c = classify(arithmetic(m, xs, kind), truth, torch.float32, {"fp32": CFG.fp32, "tf32": tol})
+        assert cls is None, c.message
+
+
+@pytest.mark.parametrize("bad", ["one_element_off", "lazy_tail", "one_row_stale"])
+def test_wrong_outputs_on_large_sums_still_fail_the_raised_atol(bad):
+    """What the raised atol lets through is 16 x TF32's RMS error (about 0.3 on an output of RMS 64):
+    the element nearest 0 off by 1% of the RMS, a sum that skips the last 1% of its products, a row
+    off by 1% of the RMS (its relative L2 within the bound: only the elementwise test sees it)."""
+    m, xs, truth = _large_sums()
+    tol = rounded_tolerance(CFG.tf32, rounding_errors(m, xs, truth, "cpu"), CFG.fp32.rel_l2)
+    out = (xs[0] @ xs[1]).clone()
+    scale = float(truth.pow(2).mean().sqrt())
+    if bad == "one_element_off":
+        out.view(-1)[int(truth.abs().argmin())] += 0.01 * scale
+    elif bad == "lazy_tail":
+        out = xs[0][:, :4055] @ xs[1][:4055]
+    else:
+        out[7] += 0.01 * scale
+    cls, c = classify(out, truth, torch.float32, {"fp32": CFG.fp32, "tf32": tol})
+    assert cls is None, c.message
 
 
 def test_the_rounding_bound_stays_within_the_fixed_one_and_the_fp32_class():

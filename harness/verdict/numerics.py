@@ -121,12 +121,26 @@ def rel_l2(out: torch.Tensor, truth: torch.Tensor) -> float:
     return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else (0.0 if err_sq == 0 else float("inf"))
 
 
+def rms(truth: torch.Tensor) -> float:
+    """The root mean square of `truth` over its finite elements, in float64 chunks (0 where none)."""
+    flat = truth.reshape(-1)
+    step = CHUNK_ELEMENTS.get(truth.device.type, 1 << 20)
+    total, count = 0.0, 0
+    for first in range(0, flat.numel(), step):
+        ref = flat[first:first + step].to(torch.float64)
+        ref = ref[torch.isfinite(ref)]
+        total += float(torch.dot(ref, ref))
+        count += ref.numel()
+    return math.sqrt(total / count) if count else 0.0
+
+
 @torch.no_grad()
 def rounding_errors(model: torch.nn.Module, inputs: Sequence[Any], truth: torch.Tensor, device,
                     seed: int = 0) -> dict[str, float] | None:
     """The relative L2 error against `truth` of `model` run in float32 with TF32 off and its
-    floating-point inputs, parameters and buffers rounded (round_operand), per rounding; None when
-    the model cannot run so or gives no tensor. Each run starts from the same RNG state (`seed`)."""
+    floating-point inputs, parameters and buffers rounded (round_operand), per rounding, and the
+    truth's RMS ('truth_rms'); None when the model cannot run so or gives no tensor. Each run starts
+    from the same RNG state (`seed`)."""
     errors: dict[str, float] = {}
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -145,6 +159,7 @@ def rounding_errors(model: torch.nn.Module, inputs: Sequence[Any], truth: torch.
                 return None
             errors[kind] = rel_l2(out, truth)
             del rounded, xs, out
+        errors["truth_rms"] = rms(truth)
     except (RuntimeError, TypeError, NotImplementedError):
         return None
     finally:
@@ -155,14 +170,20 @@ def rounding_errors(model: torch.nn.Module, inputs: Sequence[Any], truth: torch.
 def rounded_tolerance(tol, errors: dict[str, float] | None, floor: float):
     """The tolerance `tol` (a class with `between`) for one output whose rounding errors are
     `errors`: rel_l2 = e_tf32^(1 - between) * e_bf16^between, at least `floor` (the fp32 class's
-    bound) and at most tol.rel_l2; `tol` as it is where the errors are unknown."""
+    bound) and at most tol.rel_l2; atol at least tol.atol_rms * e_tf32 * the truth's RMS (TF32
+    arithmetic's own RMS error on this output, where the errors say the truth's RMS); `tol` as it
+    is where the errors are unknown."""
     if errors is None or getattr(tol, "between", None) is None:
         return tol
     w = tol.between
     low, high = errors["tf32"], errors["bf16"]
     point = low ** (1 - w) * high ** w if low > 0 and high > 0 else max(low, high)
     bound = min(tol.rel_l2, max(floor, point))
-    return SimpleNamespace(atol=tol.atol, rtol=tol.rtol, rel_l2=bound, between=w, rounding=dict(errors))
+    atol = tol.atol
+    if getattr(tol, "atol_rms", None) and math.isfinite(low) and math.isfinite(errors.get("truth_rms", 0.0)):
+        atol = max(atol, tol.atol_rms * low * errors.get("truth_rms", 0.0))
+    return SimpleNamespace(atol=atol, rtol=tol.rtol, rel_l2=bound, between=w, atol_rms=getattr(tol, "atol_rms", None),
+                           rounding=dict(errors))
 
 
 def compare(out: Any, truth: torch.Tensor, expected_dtype: torch.dtype, tol, explain: bool = True) -> Comparison:
