@@ -70,12 +70,13 @@ def test_every_repository_solution_compiles(compiled):
 
 @needs_nvcc
 def test_a_cu_compiles_with_torch_extension_h_read_as_torch_types_h_unless_it_fails_so(compiled):
-    """build.cu_header (auto: on in compile-only): the repository's CUDA recipes (each .cu includes
-    torch/extension.h) compile with the small header; a .cu that fails with it is compiled again
-    with torch's own, whose error is the one reported (test_cuda_compile_error_maps_to_the_solution_line)."""
+    """build.cu_header (auto: lean in compile-only): the repository's CUDA recipes (each .cu includes
+    torch/extension.h) compile with the lean header or, where it is not enough, the small one; a .cu
+    that fails with both is compiled again with torch's own, whose error is the one reported
+    (test_cuda_compile_error_maps_to_the_solution_line)."""
     fresh = [r for v in compiled.values() if v["path"].startswith("solutions/") for r in v["recipes"] if not r["cached"]]
-    assert all(r["cu_header"] in ("read", "no cuda sources") for r in fresh), fresh   # a C++ recipe has none
-    assert not fresh or sum(r["cu_header"] == "read" for r in fresh) >= 8   # the library, direct, 4 fused, 2 more
+    assert all(r["cu_header"].startswith("read") or r["cu_header"] == "no cuda sources" for r in fresh), fresh
+    assert not fresh or sum(r["cu_header"].startswith("read") for r in fresh) >= 8   # the library, direct, 4 fused, 2 more
     failed = compiled["tests/fixtures/solutions/cuda_type_dispatch.py"]
     assert failed["recipes"][0]["cu_header"].startswith("compiled again with torch's header: ")
     assert "DeprecatedTypeProperties" in failed["message"]

@@ -1,6 +1,6 @@
 """The compile step (harness/compile/compiler.py compile_recipe) with build.cu_header: a recipe's cuda.cu
-compiled first with torch/extension.h read as torch/types.h, and again with torch's own header where
-that fails, whose log and error are then the build's. The compiler is replaced here by one that
+compiled first with torch/extension.h read as torch/types.h ("small"; "lean": a leaner header before
+that), and again with torch's own header where that fails, whose log and error are then the build's. The compiler is replaced here by one that
 records its flags and fails where told (the real compiles: tests/test_compile_only.py)."""
 import os
 from pathlib import Path
@@ -46,7 +46,7 @@ def _compile(tmp_path, recipe, cu_header):
 
 def test_a_cu_that_compiles_with_the_small_header_is_built_once_with_it(tmp_path, monkeypatch):
     attempts = _fake_compiler(monkeypatch, fails=lambda flags: False)
-    end = _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+    end = _compile(tmp_path, CUDA_RECIPE, cu_header="small")
     assert attempts == [[f"-I{compiler.CU_HEADER}"]]
     assert end["ok"] and end["cu_header"] == "read"
     assert (compiler.CU_HEADER / "torch" / "extension.h").read_text().count("#include <torch/types.h>") == 1
@@ -54,7 +54,7 @@ def test_a_cu_that_compiles_with_the_small_header_is_built_once_with_it(tmp_path
 
 def test_a_cu_that_needs_torchs_whole_header_is_compiled_again_with_it_and_builds(tmp_path, monkeypatch):
     attempts = _fake_compiler(monkeypatch, fails=lambda flags: f"-I{compiler.CU_HEADER}" in flags)
-    end = _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+    end = _compile(tmp_path, CUDA_RECIPE, cu_header="small")
     assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
     assert end["ok"] and end["cu_header"].startswith("compiled again with torch's header: ")
     assert "has no member" in end["cu_header"] and "error" not in end["log"]   # the log is the build that counts
@@ -63,7 +63,7 @@ def test_a_cu_that_needs_torchs_whole_header_is_compiled_again_with_it_and_build
 def test_a_cu_that_fails_either_way_fails_with_torchs_header_and_its_error(tmp_path, monkeypatch):
     attempts = _fake_compiler(monkeypatch, fails=lambda flags: True)
     with pytest.raises(BuildError) as raised:
-        _compile(tmp_path, CUDA_RECIPE, cu_header=True)
+        _compile(tmp_path, CUDA_RECIPE, cu_header="small")
     assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
     assert "has no member" in raised.value.log
 
@@ -76,24 +76,24 @@ def test_a_build_whose_main_cpp_failed_is_not_compiled_again(tmp_path, monkeypat
     events = []
     with pytest.raises(BuildError) as raised:
         compiler.compile_recipe(CUDA_RECIPE, tmp_path, False, "9.0", lambda kind, **kw: events.append((kind, kw)),
-                                cu_header=True)
+                                cu_header="small")
     assert attempts == [[f"-I{compiler.CU_HEADER}"]] and "x.h" in raised.value.log
     [end] = [kw for kind, kw in events if kind == "build_end"]
     assert not end["ok"] and end["cu_header"] == "read; main.cpp failed, which does not read it"
     both = main_only + b"FAILED: [code=2] cuda.cuda.o \ncuda.cu(2): error: no member\n"   # the .cu failed too: again
     attempts = _fake_compiler(monkeypatch, fails=lambda flags: True, error=both)
     with pytest.raises(BuildError):
-        _compile(tmp_path / "both", CUDA_RECIPE, cu_header=True)
+        _compile(tmp_path / "both", CUDA_RECIPE, cu_header="small")
     assert attempts == [[f"-I{compiler.CU_HEADER}"], []]
 
 
 def test_off_or_without_cuda_sources_it_is_built_as_before(tmp_path, monkeypatch):
     attempts = _fake_compiler(monkeypatch, fails=lambda flags: False)
-    end = _compile(tmp_path / "off", CUDA_RECIPE, cu_header=False)
+    end = _compile(tmp_path / "off", CUDA_RECIPE, cu_header="off")
     assert attempts == [[]] and "cu_header" not in end
     cpp_only = {"params": {k: v for k, v in CUDA_RECIPE["params"].items() if k != "cuda_sources"}, "callers": []}
     cpp_only["params"]["cpp_sources"] = "torch::Tensor f(torch::Tensor x) { return x; }"
-    end = _compile(tmp_path / "cpp", cpp_only, cu_header=True)
+    end = _compile(tmp_path / "cpp", cpp_only, cu_header="small")
     assert attempts[1:] == [[]] and end["cu_header"] == "no cuda sources"
 
 
@@ -105,7 +105,38 @@ def test_the_second_attempt_compiles_the_same_sources_as_the_first(tmp_path, mon
     _fake_compiler(monkeypatch, fails=lambda flags: f"-I{compiler.CU_HEADER}" in flags, seen=seen)
     recipe = {"params": {**CUDA_RECIPE["params"], "cpp_sources": [CUDA_RECIPE["params"]["cpp_sources"]],
                          "cuda_sources": [CUDA_RECIPE["params"]["cuda_sources"]]}, "callers": []}
-    _compile(tmp_path, recipe, cu_header=True)
+    _compile(tmp_path, recipe, cu_header="small")
     assert len(seen) == 2 and seen[0] == seen[1]
     assert seen[1]["main.cpp"].count("PYBIND11_MODULE") == 1 and seen[1]["cuda.cu"].count("torch/types.h") == 1
     assert recipe["params"]["cuda_sources"] == [CUDA_RECIPE["params"]["cuda_sources"]]   # the recipe as it was
+
+
+LEAN, SMALL = f"-I{compiler.CU_HEADER_LEAN}", f"-I{compiler.CU_HEADER}"
+
+
+def test_the_lean_level_tries_the_lean_header_then_the_small_one_then_torchs(tmp_path, monkeypatch):
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: False)
+    end = _compile(tmp_path / "lean", CUDA_RECIPE, cu_header="lean")
+    assert attempts == [[LEAN]] and end["ok"] and end["cu_header"] == "read lean"
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: LEAN in flags)
+    end = _compile(tmp_path / "small", CUDA_RECIPE, cu_header="lean")
+    assert attempts == [[LEAN], [SMALL]] and end["ok"]
+    assert end["cu_header"].startswith("read (the lean header failed: ") and "has no member" in end["cu_header"]
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: bool(flags))
+    end = _compile(tmp_path / "torch", CUDA_RECIPE, cu_header="lean")
+    assert attempts == [[LEAN], [SMALL], []] and end["ok"]
+    assert end["cu_header"].startswith("compiled again with torch's header: ")
+    attempts = _fake_compiler(monkeypatch, fails=lambda flags: True)
+    with pytest.raises(BuildError):
+        _compile(tmp_path / "none", CUDA_RECIPE, cu_header="lean")
+    assert attempts == [[LEAN], [SMALL], []]
+
+
+def test_the_lean_headers_are_torchs_types_h_and_extension_h_and_auto_is_lean_for_compile_only():
+    types_h = (compiler.CU_HEADER_LEAN / "torch" / "types.h").read_text()
+    assert "variable_factories.h" in types_h and "AT_PER_OPERATOR_HEADERS" in types_h
+    assert "ATen/ATen.h" not in types_h and "ATen/Functions.h" not in types_h   # not every operator's header
+    assert (compiler.CU_HEADER_LEAN / "torch" / "extension.h").read_text().count("#include <torch/types.h>") == 1
+    assert compiler.header_level("auto", compile_only=True) == "lean"
+    assert compiler.header_level("auto", compile_only=False) == "small"
+    assert [compiler.header_level(s, False) for s in ("on", "lean", "off")] == ["small", "lean", "off"]

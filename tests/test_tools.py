@@ -355,13 +355,13 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert out[3] == "lane a pair: median 4.00 s, sum 12 s; lanes idle 60% of 1 x 30 s"
     assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0
     assert "wall 90 s over 2 call(s): 120 an hour" in capsys.readouterr().out
-    for i, said in enumerate(["read", "compiled again with torch's header: cuda.cu(3): error: ..."]):
+    for i, said in enumerate(["read lean", "compiled again with torch's header: cuda.cu(3): error: ..."]):
         result = json.loads((run / f"p-s{i}.json").read_text())
         result["build"]["extensions"][0].update(key=f"c{i}", cu_header=said)
         (run / f"p-s{i}.json").write_text(json.dumps(result))
     assert corpus_verdicts.main(["phases", str(run)]) == 0
     assert capsys.readouterr().out.splitlines()[2].endswith(
-        "(build.cu_header) in 1 of 2 recipes")
+        "(build.cu_header) in 1 (the lean one in 1) of 2 recipes")
 
 
 def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():
@@ -423,7 +423,7 @@ def test_cu_header_check_compares_host_functions_up_to_addresses_and_string_offs
         subprocess.run(["g++", "-O0", "-c", f"{name}.cpp", "-o", f"{name}.o"], cwd=tmp_path, check=True)
     found = check.compare(tmp_path / "a.o", tmp_path / "b.o")
     assert found["functions"] == 2 and found["differ"] == ["_Z1gi"]        # f: the same string, another offset
-    assert found["only_torch_header"] == 1 and found["only_small_header"] == 1
+    assert found["only_torch_header"] == 1 and found["only_this_header"] == 1
     assert found["kernels_same"] is False                                   # no device code to be the same
     assert check._in_std("void std::__cxx11::basic_string<char>::_M_construct<char const*>(char const*)")
     assert not check._in_std("matmul_cuda(at::Tensor, at::Tensor)") and not check._in_std("c10::SymNodeImpl::neg()")

@@ -86,8 +86,9 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
              f"recipes built {len(seen)}: wall median {median([float(e.get('seconds') or 0) for e in seen.values()]):.1f} s, "
              f"CPU-s median {median(cpu):.1f}, sum {sum(cpu):.0f}; main.cpp with a precompiled header in "
              f"{sum('/pch/' in log for log in logs)} of {sum('main.cpp' in log for log in logs)} build logs"
-             + (f"; cuda.cu with torch/extension.h as torch/types.h (build.cu_header) in "
-                f"{sum(str(e.get('cu_header')).startswith('read') for e in seen.values())} of "
+             + (f"; cuda.cu with a smaller torch header (build.cu_header) in "
+                f"{sum(str(e.get('cu_header')).startswith('read') for e in seen.values())} (the lean one in "
+                f"{sum(str(e.get('cu_header')).startswith('read lean') for e in seen.values())}) of "
                 f"{sum('cu_header' in e for e in seen.values())} recipes" if any('cu_header' in e for e in seen.values())
                 else ""),
              f"lane a pair: median {median(lane):.2f} s, sum {busy:.0f} s"

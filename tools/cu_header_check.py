@@ -2,8 +2,9 @@
 by the harness's compile-only with `build.cu_header` on (harness/compile/compile_only.py: the build
 step runs its module sandboxed and records its load_inline calls); then each recipe's cuda.cu, as
 load_inline wrote it, is compiled again by its own build.ninja's nvcc command in one folder, once
-with the small header (its torch/extension.h read as torch/types.h) and once with torch's own, and
-the two objects are compared:
+with the header asked for (`--header small`: its torch/extension.h read as torch/types.h; `lean`:
+harness/compile/cu_header_lean's torch/types.h) and once with torch's own, and the two objects are
+compared:
 
 - `kernels_same`: the device code (the .nv_fatbin section), byte for byte;
 - `functions`: the host functions both objects define, instruction by instruction (objdump -dr,
@@ -11,7 +12,7 @@ the two objects are compared:
   one object defines are header inline functions the other did not emit;
 - the CPU seconds of each compile, and what the harness's own compile did (`cu_header`).
 
-    python tools/cu_header_check.py SOLUTION_OR_JSONL ... [--out DIR] [--jobs N] [--arch 9.0]
+    python tools/cu_header_check.py SOLUTION_OR_JSONL ... [--header small|lean] [--out DIR] [--jobs N] [--arch 9.0]
 
 A .jsonl argument is a batch file (run_eval.py batch; tools/kb_corpus.py writes one): its `file`
 entries. The same source path for both compiles matters: nvcc names the module's registration
@@ -35,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.compile.build import cuda_home  # noqa: E402
 from harness.compile.compile_only import compile_solutions, stub_dir  # noqa: E402
-from harness.compile.compiler import CU_HEADER  # noqa: E402
+from harness.compile.compiler import CU_HEADER, CU_HEADER_LEAN  # noqa: E402
+
+HEADERS = {"small": CU_HEADER, "lean": CU_HEADER_LEAN}
 from harness.core.config import load_config, with_overrides  # noqa: E402
 
 
@@ -84,34 +87,34 @@ def compare(a: Path, b: Path) -> dict:
     differ = [k for k in common if fa[k] != fb[k]]
     return {"kernels_same": _section(a, ".nv_fatbin") == _section(b, ".nv_fatbin") != b"",
             "functions": len(common), "differ": differ, "only_torch_header": len(set(fa) - set(fb)),
-            "only_small_header": len(set(fb) - set(fa))}
+            "only_this_header": len(set(fb) - set(fa))}
 
 
 def nvcc_command(build_dir: Path, stubs: Path | None) -> list[str]:
     """The cuda.cu compile of a compile-only build folder's build.ninja (its stub folder, gone with
-    the step's scratch, replaced by `stubs`), without build.cu_header's folder."""
+    the step's scratch, replaced by `stubs`), without build.cu_header's folders."""
     text = (build_dir / "build.ninja").read_text()
     get = lambda key: (re.search(rf"^{key} = ?(.*)$", text, re.M) or [None, ""])[1]  # noqa: E731
-    cflags = [f for f in shlex.split(get("cuda_cflags")) if f != f"-I{CU_HEADER}"]
+    cflags = [f for f in shlex.split(get("cuda_cflags")) if f not in {f"-I{h}" for h in HEADERS.values()}]
     cflags = [f"-I{stubs}" if "compile-only-stubs-" in f and f.startswith("-I") else f for f in cflags]
     return [get("nvcc"), *cflags, *shlex.split(get("cuda_post_cflags"))]
 
 
-def compile_twice(build_dir: Path, where: Path, stubs: Path | None) -> dict:
-    """cuda.cu compiled in `where` with and without the small header: CPU-s, exit codes, objects."""
+def compile_twice(build_dir: Path, where: Path, stubs: Path | None, header: Path = CU_HEADER) -> dict:
+    """cuda.cu compiled in `where` with `header`'s folder and without: CPU-s, exit codes, objects."""
     where.mkdir(parents=True, exist_ok=True)
     shutil.copy(build_dir / "cuda.cu", where / "cuda.cu")
     command = nvcc_command(build_dir, stubs)
     row = {}
-    for mode, extra in (("small", [f"-I{CU_HEADER}"]), ("torch", [])):
+    for mode, extra in (("header", [f"-I{header}"]), ("torch", [])):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([*command[:1], *extra, *command[1:], "-c", "cuda.cu", "-o", f"{mode}.o"], cwd=where,
                               capture_output=True, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         row[f"{mode}_rc"] = proc.returncode
         row[f"{mode}_cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
-    if row["small_rc"] == row["torch_rc"] == 0:
-        row.update(compare(where / "torch.o", where / "small.o"))
+    if row["header_rc"] == row["torch_rc"] == 0:
+        row.update(compare(where / "torch.o", where / "header.o"))
     return row
 
 
@@ -143,9 +146,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", default="/tmp/kb-cu-header-check", help="the build cache, the compiles and the report")
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--arch", default="9.0")
+    ap.add_argument("--header", choices=sorted(HEADERS), default="small", help="the header compared with torch's")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    cfg = with_overrides(load_config(None), {"build.cu_header": "on", "build.cache_dir": str(out / "cache"),
+    level = "lean" if args.header == "lean" else "on"
+    cfg = with_overrides(load_config(None), {"build.cu_header": level, "build.cache_dir": str(out / "cache"),
                                              "results_dir": str(out / "results")})
     items = compile_solutions(files_of(args.inputs), cfg, arch=args.arch, jobs=args.jobs or None, out=lambda line: None)
     import torch.utils.cpp_extension as cpp_ext
@@ -156,7 +161,8 @@ def main(argv: list[str]) -> int:
             if recipe.get("dir") and (Path(recipe["dir"]) / "cuda.cu").exists() and not recipe.get("cached")]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs or (os.cpu_count() or 1))) as pool:
         done = dict(zip([(n, k) for n, k, _ in todo],
-                        pool.map(lambda t: compile_twice(Path(t[2]["dir"]), out / "same" / f"{t[0]}-{t[1]}", stubs), todo)))
+                        pool.map(lambda t: compile_twice(Path(t[2]["dir"]), out / "same" / f"{t[0]}-{t[1]}", stubs,
+                                                         HEADERS[args.header]), todo)))
     rows = []
     for n, item in enumerate(items):
         row = {"path": item["path"], "status": item["status"], "cu_header": [r.get("cu_header") for r in item["recipes"]]}
@@ -167,14 +173,14 @@ def main(argv: list[str]) -> int:
         print(json.dumps(row), flush=True)
     (out / "report.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     pairs = [v for r in rows for v in r.values() if isinstance(v, dict)]
-    both = [p for p in pairs if p["small_rc"] == p["torch_rc"] == 0]
+    both = [p for p in pairs if p["header_rc"] == p["torch_rc"] == 0]
     print(f"{len(rows)} solution(s), {len(pairs)} cuda.cu: {len(both)} compiled both ways, "
-          f"{sum(p['small_rc'] != 0 and p['torch_rc'] == 0 for p in pairs)} only with torch's header, "
-          f"{sum(p['small_rc'] == 0 and p['torch_rc'] != 0 for p in pairs)} only with the small one; "
+          f"{sum(p['header_rc'] != 0 and p['torch_rc'] == 0 for p in pairs)} only with torch's header, "
+          f"{sum(p['header_rc'] == 0 and p['torch_rc'] != 0 for p in pairs)} only with the {args.header} one; "
           f"kernels the same in {sum(p['kernels_same'] for p in both)}; every common host function the same in "
           f"{sum(not p['differ'] for p in both)}, all but the standard library's (std::) in "
-          f"{sum(all(_in_std(d) for d in p['differ']) for p in both)}; CPU-s {sum(p['small_cpu_s'] for p in both):.0f} with the small "
-          f"header against {sum(p['torch_cpu_s'] for p in both):.0f}")
+          f"{sum(all(_in_std(d) for d in p['differ']) for p in both)}; CPU-s {sum(p['header_cpu_s'] for p in both):.0f} with the "
+          f"{args.header} header against {sum(p['torch_cpu_s'] for p in both):.0f}")
     return 0
 
 

@@ -19,6 +19,7 @@ import types
 from pathlib import Path
 
 from .build import cuda_home, find_nvcc  # noqa: F401 - find_nvcc: where callers of compile-only look for it
+from .compiler import header_level
 
 STUBS = {
     "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n",
@@ -141,7 +142,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
     compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s,
-                        cfg.build.pch != "off", cfg.build.cu_header != "off")
+                        cfg.build.pch != "off", header_level(cfg.build.cu_header, compile_only=True))
     known = discover()
 
     def build_step(path: Path) -> dict:
@@ -211,11 +212,13 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                 done = {key: pending[key].result() for key, _ in step["recipes"]}
                 items.append(finish(step, done))
             costs = sorted(pending[key].result()[1].ext.get("cpu_s") or 0.0 for key in todo)
-            small = sum(str(pending[key].result()[1].ext.get("cu_header")).startswith("read") for key in todo)
+            read = [str(pending[key].result()[1].ext.get("cu_header")) for key in todo]
+            small, lean = sum(r.startswith("read") for r in read), sum(r.startswith("read lean") for r in read)
             if costs:
                 out(f"compile-only: {len(costs)} recipe(s) compiled, {sum(costs):.0f} CPU-s in all, "
                     f"{costs[len(costs) // 2]:.0f} CPU-s the median recipe"
-                    + (f"; {small} cuda.cu read torch/extension.h as torch/types.h (build.cu_header)" if small else ""))
+                    + (f"; {small} cuda.cu read a smaller torch header than torch/extension.h, {lean} of them the "
+                       f"lean one (build.cu_header)" if small else ""))
             return items
     finally:
         shutil.rmtree(work_root, ignore_errors=True)

@@ -10,8 +10,8 @@ the key the runner computes itself from the recipe (harness/compile/recipes.py).
 Request: {"recipe": {...}, "build_root": the folder to build in, "compile_only": whether to
 compile the object files only (the CI gate's compile-only check), "arch": the build key's
 architecture (TORCH_CUDA_ARCH_LIST is set to it for CUDA sources), "pch": a folder holding a
-precompiled torch/extension.h for main.cpp, "cu_header": whether cuda.cu is compiled first with
-torch/extension.h read as torch/types.h (CU_HEADER)}.
+precompiled torch/extension.h for main.cpp, "cu_header": the headers cuda.cu is compiled with, in
+turn until one builds (HEADER_RUNGS: "lean", "small" or "off")}.
 Events: build_start, build_end (as a worker's, harness/run/pipeline.py build_info), then done, or
 error with a build_error's message mapped back to the solution's line.
 """
@@ -39,6 +39,23 @@ from ..isolate.isolation import die_with_parent
 # bindings (about 30 of 60 CPU-s for a generated kernel's .cu: docs/harness-perf.md); a .cu that
 # uses them fails with it, and is compiled again without it.
 CU_HEADER = Path(__file__).resolve().parent / "cu_header"
+# Leaner still: a folder whose torch/types.h and torch/extension.h are the tensor, TORCH_CHECK, the
+# dispatch macros, the device guard and torch's factories, without every operator's declarations
+# (about 10 CPU-s less than CU_HEADER on a generated kernel's .cu: docs/harness-perf.md).
+CU_HEADER_LEAN = Path(__file__).resolve().parent / "cu_header_lean"
+# build.cu_header's levels: the include folders a recipe's cuda.cu is compiled with, in turn, until
+# one builds (None: torch's own headers, the build that counts where every other fails)
+HEADER_RUNGS = {"off": (None,), "small": (CU_HEADER, None), "lean": (CU_HEADER_LEAN, CU_HEADER, None)}
+_READ = {CU_HEADER: "read", CU_HEADER_LEAN: "read lean"}
+
+
+def header_level(setting: str, compile_only: bool) -> str:
+    """build.cu_header's setting as a level of HEADER_RUNGS: auto is lean for compile-only (the CI
+    gate, `run_eval.py compile`) and small for runs (until a GPU run compares the lean header's
+    verdicts), on is small."""
+    if setting == "auto":
+        return "lean" if compile_only else "small"
+    return {"on": "small"}.get(setting, setting)
 
 
 class Built(types.ModuleType):
@@ -97,11 +114,12 @@ def _first_error_line(log: str) -> str:
 
 
 def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit,
-                   pch: str | None = None, cu_header: bool = False) -> Path:
+                   pch: str | None = None, cu_header: str = "off") -> Path:
     """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError. `pch`: a
-    folder holding a precompiled torch/extension.h for main.cpp. `cu_header`: its cuda.cu compiled
-    first with CU_HEADER, then, where that fails, without it (the build that counts: its log, its
-    error); `build_end` says which in `cu_header`."""
+    folder holding a precompiled torch/extension.h for main.cpp. `cu_header`: a level of
+    HEADER_RUNGS: its cuda.cu compiled with each of its folders in turn until one builds, the last
+    without any (the build that counts where the others fail: its log, its error); `build_end` says
+    which in `cu_header`."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -118,19 +136,23 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     log_path = build_dir / "harness_build.current.log"
     jit_compile = _with_include(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), cxx=pch)
     start, cpu = time.monotonic(), _children_cpu_s()
-    small_first = bool(cu_header and params.get("cuda_sources"))
-    if cu_header and not small_first:
+    rungs = HEADER_RUNGS[cu_header] if params.get("cuda_sources") else (None,)
+    if cu_header != "off" and not params.get("cuda_sources"):
         info["cu_header"] = "no cuda sources"
-    for small in (True, False) if small_first else (False,):
-        cpp_ext._jit_compile = _with_include(jit_compile, cuda=str(CU_HEADER) if small else None)
+    failed_lean = ""
+    for folder in rungs:
+        cpp_ext._jit_compile = _with_include(jit_compile, cuda=str(folder) if folder else None)
         try:
             with _capture_fds(log_path):  # a copy each time: load_inline adds its headers to the lists it is given
                 cpp_ext.load_inline(**copy.deepcopy(params), build_directory=str(build_dir), verbose=True)
         except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
             log = log_path.read_text(errors="replace")
-            if small and _only_main_failed(log):
-                info["cu_header"] = "read; main.cpp failed, which does not read it"
-            elif small:  # the .cu needs torch's whole header: compiled again with it, the build that counts
+            if folder and _only_main_failed(log):
+                info["cu_header"] = f"{_READ[folder]}; main.cpp failed, which does not read it"
+            elif folder == CU_HEADER_LEAN:  # the .cu needs more: the next rung
+                failed_lean = f" (the lean header failed: {_first_error_line(log)})"
+                continue
+            elif folder:  # the .cu needs torch's whole header: compiled again with it, the build that counts
                 info["cu_header"] = f"compiled again with torch's header: {_first_error_line(log)}"
                 continue
             if str(exc) and str(exc) not in log:
@@ -140,8 +162,8 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
             site = describe_build_error(log, layout, candidate_files(Path(c) for c in recipe.get("callers", [])),
                                         _display)
             raise BuildError(name, log, str(build_dir), site) from None
-        if small:
-            info["cu_header"] = "read"
+        if folder:
+            info["cu_header"] = _READ[folder] + (failed_lean if folder == CU_HEADER else "")
         break
     log = log_path.read_text(errors="replace")
     (build_dir / LOG_NAME).write_text(log)
@@ -160,7 +182,7 @@ def main(argv: list[str]) -> None:
     try:
         os.nice(10)  # compiling yields the CPU to the lanes' timed calls
         compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
-                       request["arch"], events.emit, request.get("pch"), bool(request.get("cu_header")))
+                       request["arch"], events.emit, request.get("pch"), request.get("cu_header") or "off")
         events.emit("done")
     except BuildError as exc:
         events.emit("error", status="build_error", message=str(exc), detail=exc.log[-20000:], phase="build")

@@ -114,7 +114,7 @@ class Compiler:
     env: dict[str, str]                  # MAX_JOBS, TORCH_CUDA_ARCH_LIST, ...
     limit_s: float                       # timeouts.build_s
     pch: bool = False                    # main.cpp may read a precompiled torch/extension.h (harness/compile/pch.py)
-    cu_header: bool = False              # cuda.cu compiled first with torch/extension.h as torch/types.h (compiler.py)
+    cu_header: str = "off"               # the headers cuda.cu is compiled with in turn (compiler.py HEADER_RUNGS)
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""

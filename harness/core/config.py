@@ -173,8 +173,10 @@ class BuildConfig:
     cache_dir: str = ""        # "" = $KB_BUILD_CACHE or ~/.cache/kb-harness/builds
     pch: str = "auto"          # torch/extension.h precompiled for main.cpp (harness/compile/pch.py): auto (= on,
                                # every device) | on | off
-    cu_header: str = "auto"    # cuda.cu compiled first with torch/extension.h read as torch/types.h, else again with
-                               # it (harness/compile/compiler.py): auto (= on, every device) | on | off
+    cu_header: str = "auto"    # cuda.cu compiled first with a smaller torch header, else again with torch's
+                               # (harness/compile/compiler.py HEADER_RUNGS): lean (the tensor and factories,
+                               # then torch/types.h) | on (torch/types.h) | off | auto (= lean for compile-only,
+                               # on for runs)
     yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
                                   # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
 
@@ -362,8 +364,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "build.jobs must be >= 0")
     if cfg.build.pch not in ("auto", "on", "off"):
         raise BadInput(where, f"build.pch must be one of auto, on, off, got {cfg.build.pch!r}")
-    if cfg.build.cu_header not in ("auto", "on", "off"):
-        raise BadInput(where, f"build.cu_header must be one of auto, on, off, got {cfg.build.cu_header!r}")
+    if cfg.build.cu_header not in ("auto", "on", "lean", "off"):
+        raise BadInput(where, f"build.cu_header must be one of auto, on, lean, off, got {cfg.build.cu_header!r}")
     if cfg.build.yield_to_lanes not in ("auto", "on", "off"):
         raise BadInput(where, f"build.yield_to_lanes must be one of auto, on, off, got {cfg.build.yield_to_lanes!r}")
     if cfg.sandbox not in ("auto", "required", "off"):

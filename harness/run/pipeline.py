@@ -18,6 +18,7 @@ from typing import Any
 
 from ..isolate import sandbox
 from ..compile.build import write_manifest
+from ..compile.compiler import header_level
 from ..core.config import Config
 from ..verdict.checks import below_floor
 from ..verdict.guards import timing_consistent
@@ -77,10 +78,11 @@ class RunContext:
 
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
-        # auto: on, every device (the H200 corpus run compared verdicts and speedups; docs/harness-perf.md)
+        # cu_header auto: small on every device (the H200 corpus run compared verdicts and speedups;
+        # docs/harness-perf.md), lean for compile-only only until a GPU run compares its verdicts
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
-                        self.cfg.build.cu_header != "off")
+                        header_level(self.cfg.build.cu_header, compile_only=False))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
