@@ -44,18 +44,10 @@ CU_HEADER = Path(__file__).resolve().parent / "cu_header"
 # (about 10 CPU-s less than CU_HEADER on a generated kernel's .cu: docs/harness-perf.md).
 CU_HEADER_LEAN = Path(__file__).resolve().parent / "cu_header_lean"
 # build.cu_header's levels: the include folders a recipe's cuda.cu is compiled with, in turn, until
-# one builds (None: torch's own headers, the build that counts where every other fails)
+# one builds (None: torch's own headers, the build that counts where every other fails);
+# harness/core/config.py cu_header_level says which a setting means
 HEADER_RUNGS = {"off": (None,), "small": (CU_HEADER, None), "lean": (CU_HEADER_LEAN, CU_HEADER, None)}
 _READ = {CU_HEADER: "read", CU_HEADER_LEAN: "read lean"}
-
-
-def header_level(setting: str, compile_only: bool) -> str:
-    """build.cu_header's setting as a level of HEADER_RUNGS: auto is lean for compile-only (the CI
-    gate, `run_eval.py compile`) and small for runs (until a GPU run compares the lean header's
-    verdicts), on is small."""
-    if setting == "auto":
-        return "lean" if compile_only else "small"
-    return {"on": "small"}.get(setting, setting)
 
 
 class Built(types.ModuleType):

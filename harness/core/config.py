@@ -167,6 +167,15 @@ class TimeoutConfig:
     first_call_s: float = 40.0
 
 
+def cu_header_level(setting: str, compile_only: bool) -> str:
+    """build.cu_header's setting as a level of harness/compile/compiler.py's HEADER_RUNGS: auto is
+    lean for compile-only (the CI gate, `run_eval.py compile`) and small for runs (until a GPU run
+    compares the lean header's verdicts), on is small."""
+    if setting == "auto":
+        return "lean" if compile_only else "small"
+    return {"on": "small"}.get(setting, setting)
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     jobs: int = 0              # parallel build workers; 0 = number of CPU cores

@@ -18,8 +18,7 @@ from typing import Any
 
 from ..isolate import sandbox
 from ..compile.build import write_manifest
-from ..compile.compiler import header_level
-from ..core.config import Config
+from ..core.config import Config, cu_header_level
 from ..verdict.checks import below_floor
 from ..verdict.guards import timing_consistent
 from ..verdict.timing import for_device, ratio_interval, summarize
@@ -82,7 +81,7 @@ class RunContext:
         # docs/harness-perf.md), lean for compile-only only until a GPU run compares its verdicts
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
-                        header_level(self.cfg.build.cu_header, compile_only=False))
+                        cu_header_level(self.cfg.build.cu_header, compile_only=False))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
