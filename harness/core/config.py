@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import BadInput
-from .precision import CLASSES, PRECISIONS
+from .precision import CLASSES, PRECISIONS, classes
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ class CorrectnessConfig:
     # (harness/run/confirm.py). auto: 20
     near_bound: float = 1.5
     near_bound_trials: int | str = "auto"
+    # the tf32 class's atol from TF32's own error on large sums (Tolerance.atol_rms): auto (= on for
+    # CPU runs; off for CUDA runs until the GPU red team runs with it) | on | off
+    large_sums: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,14 @@ class TimeoutConfig:
     call_s: float = 20.0
     call_factor: float = 100.0
     first_call_s: float = 40.0
+
+
+def class_tolerances(correctness: dict, run: str, device: str) -> dict:
+    """The run's classes' tolerances (as the config's dict has them), strictest first, with
+    correctness.large_sums applied: off (and auto on CUDA) leaves every atol_rms out."""
+    on = correctness.get("large_sums", "auto")
+    keep = on == "on" or (on == "auto" and device != "cuda")
+    return {name: {**correctness[name], **({} if keep else {"atol_rms": None})} for name in classes(run)}
 
 
 def cu_header_level(setting: str, compile_only: bool) -> str:
@@ -312,6 +323,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         if tol.atol_rms is not None and not (tol.atol_rms >= 0 and tol.between is not None):
             raise BadInput(where, f"correctness.{name}.atol_rms must be >= 0 and needs between (or null), "
                                   f"got {tol.atol_rms}")
+    if c.large_sums not in ("auto", "on", "off"):
+        raise BadInput(where, f"correctness.large_sums must be auto, on or off, got {c.large_sums!r}")
     for key, shapes in c.extra_shapes.items():
         if not isinstance(shapes, list) or not all(isinstance(s, Mapping) and s for s in shapes):
             raise BadInput(where, f"correctness.extra_shapes.{key} must be a list of non-empty mappings "

@@ -11,10 +11,11 @@ from typing import Any
 
 from ..isolate import sandbox
 from ..core.blame import blame
+from ..core.config import class_tolerances
 from .env import gpu_now
 from ..isolate.isolation import Outcome
 from .pool import kill
-from ..core.precision import baseline as baseline_of, casts, classes, loosest
+from ..core.precision import baseline as baseline_of, casts, loosest
 from ..compile.failures import failure, limit_hint
 from .request import _limits, _request, every_timed_call
 from .confirm import confirm
@@ -72,7 +73,7 @@ class PairEvaluation:
         lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
         self.ran_in: dict[str, Any] = {}
         self.checks: dict[str, Any] = {}  # what the lane measured of the problem and the device (harness/verdict/checks.py)
-        self.tolerances = {name: cfg["correctness"][name] for name in classes(self.run)}  # strictest first
+        self.tolerances = class_tolerances(cfg["correctness"], self.run, lane.device)  # strictest first
         self.every = every_timed_call(cfg["checks"], job["device"])
         self.screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
 
