@@ -103,11 +103,13 @@ def round_operand(x: torch.Tensor, kind: str) -> torch.Tensor:
     return ((bits + 0xFFF + lsb) & ~0x1FFF).view(torch.float32).view(x.shape)
 
 
-def rel_l2(out: torch.Tensor, truth: torch.Tensor) -> float:
-    """||out - truth|| / ||truth|| over the elements where truth is finite, in float64 chunks."""
+def _square_sums(out: torch.Tensor, truth: torch.Tensor) -> tuple[float, float, int]:
+    """(sum of (out - truth)^2, sum of truth^2, how many elements) over the elements where truth is
+    finite, in float64 chunks."""
     got_all, ref_all = out.reshape(-1), truth.reshape(-1)
     step = CHUNK_ELEMENTS.get(truth.device.type, 1 << 20)
     err_sq = ref_sq = 0.0
+    count = 0
     for first in range(0, ref_all.numel(), step):
         ref = ref_all[first:first + step].to(torch.float64)
         got = got_all[first:first + step].to(truth.device, torch.float64)
@@ -116,22 +118,17 @@ def rel_l2(out: torch.Tensor, truth: torch.Tensor) -> float:
         ref = torch.where(finite, ref, torch.zeros_like(ref))
         err_sq += float(torch.dot(diff, diff))
         ref_sq += float(torch.dot(ref, ref))
+        count += int(finite.sum())
+    return err_sq, ref_sq, count
+
+
+def rel_l2(out: torch.Tensor, truth: torch.Tensor, sums: tuple[float, float, int] | None = None) -> float:
+    """||out - truth|| / ||truth|| over the elements where truth is finite (`sums`: _square_sums's,
+    where already computed)."""
+    err_sq, ref_sq, _ = sums or _square_sums(out, truth)
     if not math.isfinite(err_sq):
         return float("inf")
     return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else (0.0 if err_sq == 0 else float("inf"))
-
-
-def rms(truth: torch.Tensor) -> float:
-    """The root mean square of `truth` over its finite elements, in float64 chunks (0 where none)."""
-    flat = truth.reshape(-1)
-    step = CHUNK_ELEMENTS.get(truth.device.type, 1 << 20)
-    total, count = 0.0, 0
-    for first in range(0, flat.numel(), step):
-        ref = flat[first:first + step].to(torch.float64)
-        ref = ref[torch.isfinite(ref)]
-        total += float(torch.dot(ref, ref))
-        count += ref.numel()
-    return math.sqrt(total / count) if count else 0.0
 
 
 @torch.no_grad()
@@ -157,9 +154,10 @@ def rounding_errors(model: torch.nn.Module, inputs: Sequence[Any], truth: torch.
                 out = rounded(*xs)
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(truth.shape):
                 return None
-            errors[kind] = rel_l2(out, truth)
+            sums = _square_sums(out, truth)
+            errors[kind] = rel_l2(out, truth, sums)
+            errors["truth_rms"] = math.sqrt(sums[1] / sums[2]) if sums[2] else 0.0
             del rounded, xs, out
-        errors["truth_rms"] = rms(truth)
     except (RuntimeError, TypeError, NotImplementedError):
         return None
     finally:
@@ -179,9 +177,9 @@ def rounded_tolerance(tol, errors: dict[str, float] | None, floor: float):
     low, high = errors["tf32"], errors["bf16"]
     point = low ** (1 - w) * high ** w if low > 0 and high > 0 else max(low, high)
     bound = min(tol.rel_l2, max(floor, point))
-    atol = tol.atol
-    if getattr(tol, "atol_rms", None) and math.isfinite(low) and math.isfinite(errors.get("truth_rms", 0.0)):
-        atol = max(atol, tol.atol_rms * low * errors.get("truth_rms", 0.0))
+    atol, scale = tol.atol, errors.get("truth_rms", 0.0)
+    if getattr(tol, "atol_rms", None) and math.isfinite(low) and math.isfinite(scale):
+        atol = max(atol, tol.atol_rms * low * scale)
     return SimpleNamespace(atol=atol, rtol=tol.rtol, rel_l2=bound, between=w, atol_rms=getattr(tol, "atol_rms", None),
                            rounding=dict(errors))
 
