@@ -299,7 +299,11 @@ def test_corpus_verdicts_judges_only_what_a_run_judged(tmp_path, monkeypatch):
     assert [(p.problem.id, p.solution.name) for p in judged] == [("1_Add", "b_sol")]
     judged.clear()
     assert corpus_verdicts.main(argv) == 0 and len(judged) == 2
+    judged.clear()
+    assert corpus_verdicts.main(argv + ["--not-judged-in", str(run)]) == 0     # a judge cut short goes on
+    assert [(p.problem.id, p.solution.name) for p in judged] == [("1_Add", "a_sol")]
     assert corpus_verdicts.main(argv + ["--judged-in", str(tmp_path / "none")]) == 2
+    assert corpus_verdicts.main(argv + ["--not-judged-in", str(tmp_path / "none")]) == 2
 
 
 def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):

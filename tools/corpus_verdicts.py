@@ -4,6 +4,7 @@ that has no batch command.
 
     python tools/corpus_verdicts.py compare RUN_DIR_A RUN_DIR_B [--md]
     python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID [--judged-in RUN_DIR]
+                                          [--not-judged-in RUN_DIR ...]
     python tools/corpus_verdicts.py phases RUN_DIR [RUN_DIR ...]
 
 `compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
@@ -13,7 +14,8 @@ earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate
 submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
 that tree's default config; the solutions' names are their files' names, as in the batch command;
 `--judged-in RUN_DIR`: only the pairs that run holds (the earlier tree judges what a batch stopped
-at its deadline judged, over the same build cache).
+at its deadline judged, over the same build cache); `--not-judged-in RUN_DIR` (repeatable): not the
+pairs that run holds (a judge cut by a call's limit goes on in the next call where it stopped).
 `phases` says what a run (or a run resumed over several calls: give each call's run folder, or the
 one folder and `--walls` of the calls) cost: solutions an hour over the calls' wall time, each
 recipe's build wall and CPU seconds (those built, not found cached; how many read a precompiled
@@ -107,7 +109,8 @@ def judged_keys(run: Path) -> set[str]:
     return keys
 
 
-def judge(submissions: Path, tree: Path, results_dir: str, run_id: str, only: set[str] | None = None) -> int:
+def judge(submissions: Path, tree: Path, results_dir: str, run_id: str, only: set[str] | None = None,
+          skip: frozenset[str] = frozenset()) -> int:
     sys.path.insert(0, str(tree.resolve()))
     from harness.core.config import load_config, with_overrides
     from harness.core.problems import problem_from_path
@@ -123,7 +126,8 @@ def judge(submissions: Path, tree: Path, results_dir: str, run_id: str, only: se
                   file=sys.stderr)
             return 2
         pair = Pair(problem_from_path(Path(item["problem"])), solution_from_path(Path(item["file"])))
-        if only is None or f"{pair.problem.id}/{pair.solution.name}" in only:
+        key = f"{pair.problem.id}/{pair.solution.name}"
+        if (only is None or key in only) and key not in skip:
             pairs.append(pair)
     cfg = with_overrides(load_config(None), {"results_dir": results_dir})
     results = evaluate(pairs, cfg, run_id=run_id)
@@ -143,17 +147,20 @@ def main(argv: list[str]) -> int:
     j.add_argument("--results-dir", required=True)
     j.add_argument("--run-id", required=True)
     j.add_argument("--judged-in", default="", help="only the pairs this run folder holds")
+    j.add_argument("--not-judged-in", action="append", default=[], help="not the pairs this run folder holds")
     p = sub.add_parser("phases")
     p.add_argument("runs", nargs="+")
     p.add_argument("--walls", default="", help="the calls' wall seconds, comma-separated")
     p.add_argument("--lanes", type=int, default=1)
     args = ap.parse_args(argv)
     if args.cmd == "judge":
-        if args.judged_in and not Path(args.judged_in).is_dir():
-            print(f"corpus_verdicts: {args.judged_in}: no such results folder", file=sys.stderr)
-            return 2
+        for folder in ([args.judged_in] if args.judged_in else []) + args.not_judged_in:
+            if not Path(folder).is_dir():
+                print(f"corpus_verdicts: {folder}: no such results folder", file=sys.stderr)
+                return 2
         only = judged_keys(Path(args.judged_in)) if args.judged_in else None
-        return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id, only)
+        skip = frozenset(k for folder in args.not_judged_in for k in judged_keys(Path(folder)))
+        return judge(Path(args.submissions), Path(args.tree), args.results_dir, args.run_id, only, skip)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from harness.core.errors import BadInput
     if args.cmd == "phases":
