@@ -132,12 +132,10 @@ def test_the_lean_level_tries_the_lean_header_then_the_small_one_then_torchs(tmp
     assert attempts == [[LEAN], [SMALL], []]
 
 
-def test_the_lean_headers_are_torchs_types_h_and_extension_h_and_auto_is_lean_for_compile_only():
+def test_the_lean_headers_are_torchs_types_h_and_extension_h_and_auto_is_lean():
     types_h = (compiler.CU_HEADER_LEAN / "torch" / "types.h").read_text()
     assert "variable_factories.h" in types_h and "AT_PER_OPERATOR_HEADERS" in types_h
     assert "ATen/ATen.h" not in types_h and "ATen/Functions.h" not in types_h   # not every operator's header
     assert (compiler.CU_HEADER_LEAN / "torch" / "extension.h").read_text().count("#include <torch/types.h>") == 1
     from harness.core.config import cu_header_level
-    assert cu_header_level("auto", compile_only=True) == "lean"
-    assert cu_header_level("auto", compile_only=False) == "small"
-    assert [cu_header_level(s, False) for s in ("on", "lean", "off")] == ["small", "lean", "off"]
+    assert [cu_header_level(s) for s in ("auto", "on", "lean", "off")] == ["lean", "small", "lean", "off"]

@@ -154,9 +154,10 @@ def test_the_default_extra_shapes_are_keyed_by_id_not_by_a_number_kernelbench_le
     assert len(problems.extra_shapes_for(own, cfg.correctness.extra_shapes)) == 3
 
 
-def test_large_sums_applies_the_tf32_atol_rms_on_the_cpu_and_on_cuda_only_when_asked():
-    """correctness.large_sums auto: the tf32 class's atol_rms on CPU runs, left out on CUDA runs (until
-    the GPU red team runs with it); on and off as they say; the other classes untouched."""
+def test_large_sums_applies_the_tf32_atol_rms_on_every_device_unless_off():
+    """correctness.large_sums auto (= on): the tf32 class's atol_rms on CPU and CUDA runs alike (on CUDA
+    since the GPU smoke and the tf32 class's GPU calibration ran with it); off leaves it out; the
+    other classes untouched."""
     import dataclasses
 
     from harness.core.config import class_tolerances, load_config, with_overrides
@@ -165,5 +166,5 @@ def test_large_sums_applies_the_tf32_atol_rms_on_the_cpu_and_on_cuda_only_when_a
         tols = class_tolerances(dataclasses.asdict(cfg)["correctness"], "fp32", device)
         assert list(tols) == ["fp32", "tf32"] and tols["fp32"]["atol"] == cfg.correctness.fp32.atol
         return tols["tf32"]["atol_rms"]
-    assert tf32("auto", "cpu") == 16 and tf32("auto", "cuda") is None
-    assert tf32("on", "cuda") == 16 and tf32("off", "cpu") is None
+    assert tf32("auto", "cpu") == 16 and tf32("auto", "cuda") == 16
+    assert tf32("on", "cuda") == 16 and tf32("off", "cpu") is None and tf32("off", "cuda") is None

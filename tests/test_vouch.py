@@ -63,6 +63,43 @@ def test_the_bound_allows_the_noise_it_is_set_for():
     assert vouch(*blocks(1.0, 0.1, 1.0 + 0.9, rounds=4, calls=1), *few, slack)["ok"] is False
 
 
+def phased(times_ms, block_ovh, cheap_from=None, cheap_ovh=None, rounds=10, calls=10, inner_ovh=0.07):
+    """(reported, lane) whose procedure costs `block_ovh` a call in each block, `cheap_ovh` from
+    round `cheap_from` on (a busy host's phase)."""
+    reported, lane = blocks(times_ms, inner_ovh, block_ovh, rounds, calls)
+    for index in range(cheap_from if cheap_from is not None else rounds, rounds):
+        lane[index]["ms"] = calls * (times_ms + cheap_ovh)
+    return reported, lane
+
+
+def test_the_reference_workers_own_noise_widens_the_bound_not_a_solutions():
+    """The H100 corpus run's 27_SELU_ (issue 76): the reference worker's blocks cost 0.62-0.70 ms a
+    call of procedure in four rounds and 0.26-0.45 in six, the honest solution's about 0.62 in
+    all ten: a median difference of 0.19 ms a call, 0.163 allowed without the rounds' noise."""
+    ref = blocks(0.037, 0.07, 0.66)
+    ref[1][4]["ms"], ref[1][9]["ms"] = 10 * (0.037 + 0.45), 10 * (0.037 + 0.40)
+    for index in (5, 6, 7, 8):
+        ref[1][index]["ms"] = 10 * (0.037 + 0.26 + 0.01 * index)
+    honest = blocks(0.056, 0.07, 0.62)
+    quiet = {**CUDA, "spread_z": 0.0}
+    before = vouch(*honest, *ref, quiet)
+    assert before["ok"] is False and before["block"]["excess_ms"] > before["block"]["bound_ms"] > 0.15
+    v = vouch(*honest, *ref, CUDA)
+    assert v["ok"] is True and v["block"]["spread_ms"] > before["block"]["excess_ms"] - before["block"]["bound_ms"]
+    assert v["calls"]["spread_ms"] == 0.0            # the calls' intervals agreed round by round
+    # work moved out of the calls is still seen through the same noise: 1.5 ms a call more
+    cheat = blocks(0.056, 0.07, 0.62 + 1.5)
+    assert vouch(*cheat, *ref, CUDA)["ok"] is False
+    # a quiet reference adds nothing, whatever the solution's own blocks do: a worker cannot widen
+    # its allowance by stalling some of its blocks (moved work in all, stalls in half)
+    quiet_ref = blocks(0.037, 0.07, 0.66)
+    noisy_cheat = blocks(0.056, 0.07, 0.66 + 0.3)
+    for index in range(0, 10, 2):
+        noisy_cheat[1][index]["ms"] += 10 * 5.0
+    judged = vouch(*noisy_cheat, *quiet_ref, CUDA)
+    assert judged["block"]["spread_ms"] == 0.0 and judged["ok"] is False
+
+
 def test_rounds_are_compared_in_pairs():
     """A round where both sides were slow (the machine's) cancels out; one side alone does not."""
     ref_r, ref_l = blocks(1.0, 0.1, 1.0, rounds=5)
@@ -120,7 +157,8 @@ def test_auto_bound_by_device_and_the_calls_interval():
     both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
     assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3,
                     "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"],
-                    "block_quantile": 0.5}
+                    "block_quantile": 0.5, "spread_z": AUTO_BOUND["cuda"]["spread_z"]}
+    assert bound_slack({"timing_bound_spread_z": 0}, "cpu")["spread_z"] == 0.0
 
 
 def test_on_the_cpu_a_stall_in_some_blocks_passes_and_work_moved_out_of_every_block_does_not():

@@ -142,7 +142,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
     compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s,
-                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header, compile_only=True))
+                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header))
     known = discover()
 
     def build_step(path: Path) -> dict:

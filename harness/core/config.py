@@ -77,13 +77,15 @@ class ChecksConfig:
     # its whole timed blocks, less the harness's own per-call cost there (the reference worker's), by
     # more than timing_bound_ms + timing_bound_share x its median + timing_bound_overhead_share x that
     # cost, + (timing_bound_noise_ms + timing_bound_noise_share x that cost) / sqrt(the calls timed)
-    # (harness/verdict/vouch.py)
+    # + timing_bound_spread_z x the standard error the reference worker's own rounds put on the
+    # difference (harness/verdict/vouch.py)
     timing_bound: str = "fail"
     timing_bound_ms: float | str = "auto"              # auto: the device's (vouch.AUTO_BOUND)
     timing_bound_share: float = 0.1
     timing_bound_overhead_share: float | str = "auto"  # auto: the device's (vouch.AUTO_BOUND)
     timing_bound_noise_share: float | str = "auto"     # ... + this / sqrt(calls timed) x that cost
     timing_bound_noise_ms: float | str = "auto"        # ... + this / sqrt(calls timed)
+    timing_bound_spread_z: float | str = "auto"        # ... + this many standard errors of the rounds' own noise
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/verdict/checks.py)
     placement: str = "fail"             # flag | fail: a timed worker's thread found off the timing CPU (harness/run/placement.py)
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
@@ -172,19 +174,15 @@ class TimeoutConfig:
 
 def class_tolerances(correctness: dict, run: str, device: str) -> dict:
     """The run's classes' tolerances (as the config's dict has them), strictest first, with
-    correctness.large_sums applied: off (and auto on CUDA) leaves every atol_rms out."""
-    on = correctness.get("large_sums", "auto")
-    keep = on == "on" or (on == "auto" and device != "cuda")
+    correctness.large_sums applied: off leaves every atol_rms out (auto is on, every device)."""
+    keep = correctness.get("large_sums", "auto") != "off"
     return {name: {**correctness[name], **({} if keep else {"atol_rms": None})} for name in classes(run)}
 
 
-def cu_header_level(setting: str, compile_only: bool) -> str:
+def cu_header_level(setting: str) -> str:
     """build.cu_header's setting as a level of harness/compile/compiler.py's HEADER_RUNGS: auto is
-    lean for compile-only (the CI gate, `run_eval.py compile`) and small for runs (until a GPU run
-    compares the lean header's verdicts), on is small."""
-    if setting == "auto":
-        return "lean" if compile_only else "small"
-    return {"on": "small"}.get(setting, setting)
+    lean (for compile-only and runs alike), on is small."""
+    return {"auto": "lean", "on": "small"}.get(setting, setting)
 
 
 @dataclass(frozen=True)
@@ -333,7 +331,7 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         if getattr(k, name) not in ("flag", "fail"):
             raise BadInput(where, f"checks.{name} must be 'flag' or 'fail', got {getattr(k, name)!r}")
     for name in ("timing_bound_ms", "timing_bound_share", "timing_bound_overhead_share", "timing_bound_noise_share",
-                 "timing_bound_noise_ms"):
+                 "timing_bound_noise_ms", "timing_bound_spread_z"):
         value = getattr(k, name)
         if value != "auto" and (isinstance(value, str) or value < 0):
             raise BadInput(where, f"checks.{name} must be a number >= 0{' or auto' if name != 'timing_bound_share' else ''}, "

@@ -81,7 +81,7 @@ class RunContext:
         # docs/harness-perf.md), lean for compile-only only until a GPU run compares its verdicts
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
-                        cu_header_level(self.cfg.build.cu_header, compile_only=False))
+                        cu_header_level(self.cfg.build.cu_header))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""

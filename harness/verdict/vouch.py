@@ -42,10 +42,19 @@ from typing import Any
 # longer than the reference's (a busy VM, tests/fixtures/configs/fast.yaml), so the CPU takes the
 # lower quartile (the least of fewer than four) of each block's estimate of a call's time (vouch says
 # why not of the differences); CUDA keeps the median of the differences its H200 figures were made with.
+#
+# `spread_z`: the procedure's cost is not the same in every round, and on a busy host (a cold batch
+# building on every other core) it moves by whole phases: in an H100 host's corpus run (issue 76)
+# the reference worker's blocks of `27_SELU_` cost 0.26 ms a call in six of ten rounds and 0.62-0.70
+# in the others, while the solution's, in the same rounds, stayed near 0.62, so an honest kernel left
+# 0.19 ms "unexplained" against 0.163 allowed. The bound therefore also allows this many standard
+# errors of the difference of two rounds' medians, each as noisy as the reference worker's own
+# rounds (their interquartile range: the trusted worker's, which no solution sets). Where the
+# reference's rounds agree (a quiet host) it adds next to nothing.
 AUTO_BOUND = {"cuda": {"ms": 0.005, "noise_ms": 0.02, "calls_overhead_share": 0.0, "block_overhead_share": 0.25,
-                       "noise_share": 1.0, "block_quantile": 0.5},
+                       "noise_share": 1.0, "block_quantile": 0.5, "spread_z": 3.0},
               "cpu": {"ms": 0.02, "noise_ms": 0.1, "calls_overhead_share": 0.5, "block_overhead_share": 0.5,
-                      "noise_share": 3.0, "block_quantile": 0.25}}
+                      "noise_share": 3.0, "block_quantile": 0.25, "spread_z": 3.0}}
 
 
 def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
@@ -57,7 +66,8 @@ def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
             "calls_overhead_share": pick("timing_bound_overhead_share", "calls_overhead_share"),
             "block_overhead_share": pick("timing_bound_overhead_share", "block_overhead_share"),
             "noise_share": pick("timing_bound_noise_share", "noise_share"),
-            "noise_ms": pick("timing_bound_noise_ms", "noise_ms"), "block_quantile": auto["block_quantile"]}
+            "noise_ms": pick("timing_bound_noise_ms", "noise_ms"), "block_quantile": auto["block_quantile"],
+            "spread_z": pick("timing_bound_spread_z", "spread_z")}
 
 
 def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str = "ms") -> list[float]:
@@ -131,6 +141,17 @@ def quantile(values: list[float], q: float) -> float:
     return sorted(values)[math.floor(q * (len(values) - 1))]
 
 
+def spread(theirs: list[float]) -> float:
+    """The standard error of the difference of two medians over len(theirs) rounds, each as noisy as
+    `theirs` (the reference worker's overheads per round): sigma from the interquartile range
+    (IQR / 1.349), a median's standard error 1.2533 sigma / sqrt(n), times sqrt(2) for a difference of
+    two. 0 for fewer than four rounds (no quartiles to speak of)."""
+    if len(theirs) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(theirs, n=4)
+    return math.sqrt(2) * 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(theirs))
+
+
 def excess(mine: list[float], theirs: list[float], paired: bool, q: float = 0.5) -> float:
     """The q-quantile (the median by default) over rounds of mine - theirs (paired where both have a
     block in every round), else mine's q-quantile less theirs' median."""
@@ -193,10 +214,11 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
         else:
             return {**out, "ok": None, "why": "the reference worker timed no block, and no earlier pair of the problem "
                                               "measured the harness's cost per call"}
-        bound = fixed + (slack.get(f"{part}_overhead_share", 0.0) + noise) * max(base, 0.0)
+        rounds_noise = slack.get("spread_z", 0.0) * spread(theirs)
+        bound = fixed + (slack.get(f"{part}_overhead_share", 0.0) + noise) * max(base, 0.0) + rounds_noise
         lane_ms = statistics.median(per_call(lane, key))
         out[part] = {"interval": key, "lane_ms": round(lane_ms, 6), "overhead_ms": round(base, 6), "excess_ms": round(over, 6),
-                     "bound_ms": round(bound, 6)}
+                     "bound_ms": round(bound, 6), "spread_ms": round(rounds_noise, 6)}
         if over > bound and out["ok"]:
             out["ok"] = False
             where = "of its timed blocks, whole" if part == "block" else "of its calls, each to its return"
