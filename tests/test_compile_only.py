@@ -82,6 +82,20 @@ def test_a_cu_compiles_with_torch_extension_h_read_as_torch_types_h_unless_it_fa
     assert "DeprecatedTypeProperties" in failed["message"]
 
 
+def test_a_torch_whose_package_version_has_no_local_label_still_compiles(monkeypatch, tmp_path):
+    """On the GPU host `pip` says torch 2.11.0 and torch.__version__ 2.11.0+cu130: compile-only named
+    each recipe's folder by the first and the compile step by the second, so every recipe on that
+    host ended "without its library". The package's metadata no longer names anything."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.0.0-not-this-torch" if name == "torch" else real(name))
+    cfg = with_overrides(load_config(FAST), {"build.cache_dir": str(tmp_path / "cache")})
+    [r] = compile_solutions([FIXTURE_SOLUTIONS / "cpp_ok.py"], cfg, out=lambda line: None)
+    assert r["status"] == "ok", r["message"]
+
+
 @needs_nvcc
 def test_fast_kernels_compile_for_a_gpu_without_wgmma():
     """The fast kernels outside sm_90a (the wgmma kernels left out, CT2D_WGMMA undefined): what the

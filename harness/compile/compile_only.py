@@ -120,9 +120,10 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     the order they were first met (many solutions share one library: a file-by-file pool had its
     workers wait on the same compile). A recipe that fails is compiled again for each other
     solution that records it, so that each gets its own message, as a run does (recipes.Compiles)."""
-    import importlib.metadata
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
+
+    import torch
 
     from ..isolate import sandbox
     from .build import cache_dir_of
@@ -141,7 +142,10 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     plan = sandbox.prepare(cfg, [Path(f).resolve().parent for f in files]).to_dict()
     work_root = sandbox.work_folder("kb-compile-")
     hidden = [str(Path(cfg.results_dir).resolve()), str(cache_dir), str(work_root)]
-    compiler = Compiler(cache_dir, importlib.metadata.version("torch"), arch, plan, hidden, env, cfg.timeouts.build_s,
+    # torch.__version__, as the compile step names its folder (harness/compile/build.py folder_of): a
+    # package's metadata may leave out the local label (the GPU host's torch: "2.11.0" against
+    # "2.11.0+cu130"), and a name of another version made every recipe "ended without its library"
+    compiler = Compiler(cache_dir, torch.__version__, arch, plan, hidden, env, cfg.timeouts.build_s,
                         cfg.build.pch != "off", cu_header_level(cfg.build.cu_header))
     known = discover()
 
