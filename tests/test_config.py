@@ -163,7 +163,7 @@ def test_large_sums_applies_the_tf32_atol_rms_on_every_device_unless_off():
     from harness.core.config import class_tolerances, load_config, with_overrides
     def tf32(setting, device):
         cfg = with_overrides(load_config(None), {"correctness.large_sums": setting})
-        tols = class_tolerances(dataclasses.asdict(cfg)["correctness"], "fp32", device)
+        tols = class_tolerances(dataclasses.asdict(cfg)["correctness"], "fp32")
         assert list(tols) == ["fp32", "tf32"] and tols["fp32"]["atol"] == cfg.correctness.fp32.atol
         return tols["tf32"]["atol_rms"]
     assert tf32("auto", "cpu") == 16 and tf32("auto", "cuda") == 16

@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.compile.build import cuda_home  # noqa: E402
 from harness.compile.compile_only import compile_solutions, stub_dir  # noqa: E402
 from harness.compile.compiler import CU_HEADER, CU_HEADER_LEAN  # noqa: E402
+from harness.core.config import load_config, with_overrides  # noqa: E402
 
 HEADERS = {"small": CU_HEADER, "lean": CU_HEADER_LEAN}
-from harness.core.config import load_config, with_overrides  # noqa: E402
 
 
 def _section(obj: Path, name: str) -> bytes:

@@ -63,8 +63,8 @@ class CorrectnessConfig:
     # (harness/run/confirm.py). auto: 20
     near_bound: float = 1.5
     near_bound_trials: int | str = "auto"
-    # the tf32 class's atol from TF32's own error on large sums (Tolerance.atol_rms): auto (= on for
-    # CPU runs; off for CUDA runs until the GPU red team runs with it) | on | off
+    # the tf32 class's atol from TF32's own error on large sums (Tolerance.atol_rms): auto (= on, every
+    # device) | on | off
     large_sums: str = "auto"
 
 
@@ -172,7 +172,7 @@ class TimeoutConfig:
     first_call_s: float = 40.0
 
 
-def class_tolerances(correctness: dict, run: str, device: str) -> dict:
+def class_tolerances(correctness: dict, run: str) -> dict:
     """The run's classes' tolerances (as the config's dict has them), strictest first, with
     correctness.large_sums applied: off leaves every atol_rms out (auto is on, every device)."""
     keep = correctness.get("large_sums", "auto") != "off"
@@ -193,8 +193,8 @@ class BuildConfig:
                                # every device) | on | off
     cu_header: str = "auto"    # cuda.cu compiled first with a smaller torch header, else again with torch's
                                # (harness/compile/compiler.py HEADER_RUNGS): lean (the tensor and factories,
-                               # then torch/types.h) | on (torch/types.h) | off | auto (= lean for compile-only,
-                               # on for runs)
+                               # then torch/types.h) | on (torch/types.h) | off | auto (= lean, compile-only
+                               # and runs)
     yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
                                   # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
 

@@ -73,7 +73,7 @@ class PairEvaluation:
         lane.judge.cache.budget = lane.cache_bytes(cfg["correctness"]["truth_cache_fraction"])
         self.ran_in: dict[str, Any] = {}
         self.checks: dict[str, Any] = {}  # what the lane measured of the problem and the device (harness/verdict/checks.py)
-        self.tolerances = class_tolerances(cfg["correctness"], self.run, lane.device)  # strictest first
+        self.tolerances = class_tolerances(cfg["correctness"], self.run)  # strictest first
         self.every = every_timed_call(cfg["checks"], job["device"])
         self.screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
 

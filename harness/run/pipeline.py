@@ -77,8 +77,8 @@ class RunContext:
 
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
-        # cu_header auto: small on every device (the H200 corpus run compared verdicts and speedups;
-        # docs/harness-perf.md), lean for compile-only only until a GPU run compares its verdicts
+        # cu_header auto: lean on every device (corpus100's verdicts on an H100 against a44ea8e's, and
+        # the GPU smoke: docs/harness-perf.md, "The lean header on a GPU host")
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
                         cu_header_level(self.cfg.build.cu_header))
