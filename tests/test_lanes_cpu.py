@@ -55,8 +55,9 @@ def test_ground_truth_is_shared_and_each_pairs_reference_is_timed_in_its_rounds(
     by_name, _ = lane_run
     judged = [by_name[n] for n in ("cpp_ok", "cpp_wrong", "cheat_late_thread", "cheat_fix_previous")]
     assert sum(r.correctness["truth"]["reused"] for r in judged) > 0
-    timed = [r.timing for r in by_name.values() if "solution" in (r.timing or {})]
+    timed = [r.timing for r in by_name.values() if "solution" in (r.timing or {}) and "rounds_skipped" not in r.timing]
     assert timed and all(t["reference"]["interleaved"] and not t["reference"]["reused"] for t in timed)
+    assert "rounds_skipped" in by_name["cpp_wrong"].timing   # wrong before its timed calls: no rounds (timing.wrong_rounds)
     assert all(len(t["reference"]["rounds"]) == len(t["solution"]["rounds"]) for t in timed)
 
 

@@ -123,6 +123,10 @@ class TimingConfig:
     # both workers of a pair (the reference's and the solution's) pinned to one CPU, the lane's,
     # while they are timed (harness/run/placement.py): auto = on CUDA lanes, on, off
     pin_cpu: str = "auto"
+    # a solution already wrong when its timed calls begin (the full profile times its calls, so that a
+    # crash or hang there is its status): skip = without the reference's rounds, which only a speedup
+    # would use; time = with them; auto = skip on the CPU, time on CUDA until the GPU smoke runs with it
+    wrong_rounds: str = "auto"
     # the offset between two worker processes that the rounds cannot see, as a share of the
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
     # intervals of the rounds alone missed 1.0, by at most 1.1%, 13 of them by at most 0.4%; at
@@ -361,6 +365,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
     if not 0 <= t.process_term < 0.5:
         raise BadInput(where, f"timing.process_term must be in [0, 0.5), got {t.process_term}")
+    if t.wrong_rounds not in ("auto", "skip", "time"):
+        raise BadInput(where, f"timing.wrong_rounds must be auto, skip or time, got {t.wrong_rounds!r}")
     if t.pin_cpu not in ("auto", "on", "off"):
         raise BadInput(where, f"timing.pin_cpu must be auto, on or off, got {t.pin_cpu!r}")
     if t.move_inputs not in ("auto", "on", "off"):

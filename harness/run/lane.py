@@ -92,6 +92,7 @@ class Watch:
     timed_outputs: int = 0                                    # timed outputs it handed over
     blocks: list = dataclasses.field(default_factory=list)    # the lane's clock on its timed blocks (clock.py)
     wrong: bool = False                                       # stopped before its timed calls: an output was wrong
+    unrounded: bool = False                                   # timed without the reference's rounds: an output was wrong
 
 
 class Lane:
@@ -124,10 +125,13 @@ class Lane:
 
     # -- supervising a worker -----------------------------------------------------------------------
     def watch(self, spare: Spare, request: dict[str, Any], limits: dict[str, float], judgement=None,
-              max_payload: int = 1 << 30, rounds=None, stop_wrong: bool = False) -> Watch:
+              max_payload: int = 1 << 30, rounds=None, stop_wrong: bool = False, skip_wrong: bool = False) -> Watch:
         """Send the request to the worker and follow it until it ends or is killed; the reference's
-        rounds (`rounds`) are timed when the worker asks. `stop_wrong` (timing.profile: screening):
-        a worker whose outputs so far include a wrong one is stopped as it begins its timed calls."""
+        rounds (`rounds`) are timed when the worker asks. A worker whose outputs so far include a wrong
+        one when it begins its timed calls is stopped there with `stop_wrong` (timing.profile:
+        screening), or with `skip_wrong` (timing.wrong_rounds) timed without the reference's rounds:
+        its pair fails whatever they measure, and its timed calls still run, so a crash or hang in
+        them is its status as before."""
         w = Watch()
         clock = BlockClock()
         spare.channel.send({"op": "run", "request": request})
@@ -182,10 +186,12 @@ class Lane:
             if clock.is_open and event not in ("round", "rounds_end") and not in_block(event, message):
                 clock.close(now, unended=f"{event} {message.get('what') or message.get('phase') or ''}".strip())
             if event == "phase":
-                if message.get("phase") == "timing" and stop_wrong and judgement is not None \
+                if message.get("phase") == "timing" and (stop_wrong or skip_wrong) and judgement is not None \
                         and any(not r["ok"] for r in judgement.results):
-                    w.wrong = True
-                    break
+                    if stop_wrong:
+                        w.wrong = True
+                        break
+                    w.unrounded = True
                 if message.get("phase") == "timing":
                     self.pool.freeze()
                     if rounds is not None:
@@ -221,7 +227,7 @@ class Lane:
                 try:
                     with stopped(spare.pid):
                         clock.close(now, rounds.wait_idle() if rounds is not None else 0.0)
-                        if rounds is not None and event == "round":
+                        if rounds is not None and event == "round" and not w.unrounded:
                             rounds.block(message)
                             rounds.solution.place(spare.pid)  # its next block on the timing CPU, as the reference's
                     opened = time.monotonic()

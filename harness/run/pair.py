@@ -23,6 +23,7 @@ from .rounds import ReferenceRounds
 from .pipeline import assemble, build_of, problem_flags, timing_of, verdict, vouched
 from ..core.results import EvalResult, Status
 from ..verdict.asked import on_for
+from ..verdict.timing import wrong_rounds_skipped
 
 
 def compared_role(job: dict[str, Any], judged: list[dict[str, Any]]) -> str:
@@ -76,6 +77,7 @@ class PairEvaluation:
         self.tolerances = class_tolerances(cfg["correctness"], self.run)  # strictest first
         self.every = every_timed_call(cfg["checks"], job["device"])
         self.screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
+        self.skip_wrong = wrong_rounds_skipped(cfg["timing"], job["device"])
 
     def result(self, status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
         fields.setdefault("flags", problem_flags(self.checks))
@@ -147,7 +149,8 @@ class PairEvaluation:
             started = time.monotonic()
             try:
                 self.w = w = lane.watch(spare, _request(job, "eval", spare, self.entry.get("out_bytes", 0)), self.limits,
-                                        judgement, self.max_payload, rounds, stop_wrong=self.screening)
+                                        judgement, self.max_payload, rounds, stop_wrong=self.screening,
+                                        skip_wrong=self.skip_wrong)
             except Exception as exc:  # noqa: BLE001 - the lane's own failure while judging
                 kill(spare)
                 if rounds is not None:
@@ -194,6 +197,8 @@ class PairEvaluation:
         timing = vouched(timing, self.w.blocks, self.cfg["checks"], lane.device, self.entry.get("overhead"))
         if self.screening:   # its interval is the screening profile's
             timing["profile"] = "screening"
+        if self.w.unrounded:   # harness/run/lane.py watch: wrong before its timed calls
+            timing["rounds_skipped"] = "the solution was wrong before its timed calls"
         if lane.device == "cpu" and "solution" in timing:  # what else ran on the host's cores meanwhile (A/A: issue 78)
             timing["host_load"] = [round(os.getloadavg()[0], 2), len(os.sched_getaffinity(0))]
         if rounds is not None:

@@ -330,6 +330,13 @@ def for_device(t: dict, device: str) -> dict:
     return out
 
 
+def wrong_rounds_skipped(t: dict, device: str) -> bool:
+    """Whether a solution already wrong when its timed calls begin is timed without the reference's
+    rounds (timing.wrong_rounds; auto: on the CPU, not yet on CUDA)."""
+    setting = t.get("wrong_rounds", "auto")
+    return setting == "skip" or (setting == "auto" and device != "cuda")
+
+
 def rule_of(t: dict) -> StoppingRule:
     """The stopping rule of a `timing` config section (as a dict)."""
     return StoppingRule(t["min_samples"], t["max_samples"], t["min_time_s"], t["max_time_s"])
