@@ -19,11 +19,14 @@ P902 = REPO_ROOT / "problems" / "conv_transpose2d" / "902_conv_transpose2d_odd_u
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     results_dir = tmp_path_factory.mktemp("results")
-    # two timed calls a round: the timed inputs move to new memory before each round's block on the
+    # four timed calls a round: the timed inputs move to new memory before each round's block on the
     # CPU (timing.move_inputs), so with fast.yaml's one call a round no pointer would repeat and a
-    # pointer cache would compute every timed call afresh (no cheat left to catch)
+    # pointer cache would compute every timed call afresh (no cheat left to catch). With two a round
+    # it is wrong on one call of each two, and the secret sample (6 of 21) missed every wrong one in
+    # one CI run (0.85% by the draw, and the trials' pointers alike); with four, 3 of each 4 and
+    # C(11,6)/C(41,6) = 0.01%
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
-                         {"results_dir": str(results_dir), "timing.min_samples": 20, "timing.max_samples": 20})
+                         {"results_dir": str(results_dir), "timing.min_samples": 40, "timing.max_samples": 40})
     add, conv = problem_from_path(ADD_PROBLEM), problem_from_path(P902)
     pairs = [Pair(add, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ADD]
     pairs += [Pair(conv, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in CONV]
@@ -129,13 +132,14 @@ def test_seeds_recorded_with_secret(run):
 # handed over), with the default config's CPU timing.
 CLOCKS = ["cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer", "cheat_clock_handoff"]
 TWIN = "cheat_reference_output"
+HELD = "cheat_clock_held"   # its outputs held back to the block's end, every cycle as short as an honest one's
 
 
 @pytest.fixture(scope="module")
 def clock_run(tmp_path_factory):
     cfg = with_overrides(load_config(None), {"device": "cpu", "results_dir": str(tmp_path_factory.mktemp("results"))})
     problem = problem_from_path(FIXTURES / "problems" / "matmul_chain.py")
-    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in [TWIN, *CLOCKS]]
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in [TWIN, *CLOCKS, HELD]]
     return {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="clocks", out=lambda line: None)}
 
 
@@ -154,6 +158,15 @@ def test_a_solution_that_patches_its_clocks_fails_or_gets_its_true_time(clock_ru
     assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, (r.message, ms, true_ms)
     assert "the lane's clock: the lane measured" in r.message
     assert r.timing["vouch"]["reported_ms"] < 0.6 * true_ms   # the patch took: the worker's word was a lie
+
+
+def test_a_solution_that_holds_its_outputs_to_the_blocks_end_fails(clock_run):
+    """cheat_clock_held: its work done where it hands its timed outputs over, all of them just before
+    the exchange that ends each block. The lane holds each output to its call (clock.py `disorder`)."""
+    r = clock_run[HELD]
+    assert r.status is Status.REJECTED and "timing_untrusted" in r.flags, r.message
+    assert "announced before the previous one's output" in r.message
+    assert r.timing["vouch"]["reported_ms"] < 0.6 * clock_run[TWIN].timing["solution"]["median_ms"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ import pytest
 from harness.run.clock import BlockClock, in_block
 from harness.run.pipeline import flags_of, vouched
 from harness.isolate.channel import Marks
-from harness.verdict.vouch import AUTO_BOUND, bound_slack, compact, disagreement, overheads, vouch
+from harness.core.config import load_config, with_overrides
+from harness.core.errors import BadInput
+from harness.verdict.vouch import AUTO_BOUND, bound_slack, compact, cycle_clock, disagreement, overheads, vouch
 
 CUDA = {**bound_slack({}, "cuda"), "noise_ms": 0.0}   # the tests' numbers without the lane's own noise term
 
@@ -152,12 +154,12 @@ def test_overheads_per_interval_and_a_stray_call_moves_one_call_only():
 
 
 def test_auto_bound_by_device_and_the_calls_interval():
-    assert bound_slack({}, "cuda") == {"share": 0.1, **AUTO_BOUND["cuda"]}
+    assert bound_slack({}, "cuda") == {"share": 0.1, **AUTO_BOUND["cuda"], "cycle": False}
     assert bound_slack({}, "cpu")["block_overhead_share"] == AUTO_BOUND["cpu"]["block_overhead_share"]
     both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
-    assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3,
+    assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3, "gap_overhead_share": 0.3,
                     "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"],
-                    "block_quantile": 0.5, "spread_z": AUTO_BOUND["cuda"]["spread_z"]}
+                    "block_quantile": 0.5, "spread_z": AUTO_BOUND["cuda"]["spread_z"], "cycle": False}
     assert bound_slack({"timing_bound_spread_z": 0}, "cpu")["spread_z"] == 0.0
 
 
@@ -255,6 +257,7 @@ def test_the_clock_counts_the_lanes_own_intervals():
     assert block["calls"] == 2 and block["returns"] == 2 and not clock.is_open
     assert block["inner"] == pytest.approx([200, 50])
     assert block["ms"] == pytest.approx((2.0 - 1.0 - 0.05 + 0.25) * 1e3) and block["taken_ms"] == pytest.approx(50)
+    assert block["gap"] == pytest.approx([350 - 50]) and "disorder" not in block   # call to call, less the take
     clock.open(3.0)
     clock.close(3.1, unended="timing")
     assert clock.blocks[-1]["unended"] == "timing" and clock.blocks[-1]["calls"] == 0
@@ -280,3 +283,88 @@ def test_marks_carry_the_time_they_were_sent_however_late_they_are_read():
     finally:
         mine.close()
         worker.close()
+
+
+def test_the_clock_on_each_cycle_takes_out_the_lanes_work_and_holds_outputs_to_their_call():
+    """`gap`: from a timed call's mark as it begins to the next one's, less the lane's takes between;
+    where the block hands outputs over, each before the next call is announced (`disorder` else)."""
+    def run(order):
+        clock, stamp = BlockClock(), 100.0
+        clock.open(1.0)
+        for step in order:
+            if step == "call":
+                clock.call("timed")
+                clock.marks([(Marks.CALL, stamp), (Marks.RETURNED, stamp + 0.001)])
+                stamp += 0.004
+            else:
+                clock.output()
+                clock.lane_work(0.001)
+        clock.close(2.0)
+        return clock.blocks[-1]
+
+    honest = run(["call", "output"] * 3)
+    assert honest["gap"] == pytest.approx([3.0, 3.0]) and "disorder" not in honest
+    assert "disorder" not in run(["call"] * 3)   # no output handed over at all (secret timed checks off)
+    held = run(["call"] * 3 + ["output"] * 3)   # every output held to the block's end: its work out of every cycle
+    assert "2 call(s) announced before the previous one's output" in held["disorder"]
+    assert "disorder" in run(["call", "output", "call", "call", "output"])   # one output missing
+    assert "block 0: 3 output(s) handed over" in disagreement([[1.0] * 3], [held])
+
+
+def test_the_lanes_work_is_taken_out_up_to_its_acknowledgement():
+    """A lane descheduled after its "ack" would take the worker's running time out of the block."""
+    for cycle, taken in ((True, 10.0), (False, 50.0)):
+        clock = BlockClock(cycle)
+        clock.open(1.0)
+        clock.call("timed")
+        clock.output()
+        clock.lane_work(0.05, to_ack=0.01)
+        clock.close(2.0)
+        assert clock.blocks[-1]["taken_ms"] == pytest.approx(taken)
+
+
+def test_the_cycle_check_is_on_by_the_config_and_off_on_cuda_for_now():
+    assert cycle_clock({}, "cpu") and not cycle_clock({}, "cuda") and cycle_clock({"timing_cycle": "on"}, "cuda")
+    assert not cycle_clock({"timing_cycle": "off"}, "cpu") and load_config(None).checks.timing_cycle == "auto"
+    with pytest.raises(BadInput, match="checks.timing_cycle must be auto, on or off"):
+        with_overrides(load_config(None), {"checks.timing_cycle": "sometimes"})
+    ref, mine = blocks(1.8, 0.005, 0.35), blocks(0.04, 0.005, 0.35)
+    for b in ref[1] + mine[1]:
+        b["gap"] = [t + 0.3 for t in b["inner"][:-1]]
+    for b in mine[1]:
+        b["gap"] = [g + 1.8 for g in b["gap"]]
+    assert vouch(*mine, *ref, bound_slack({}, "cpu"))["ok"] is False
+    off = vouch(*mine, *ref, bound_slack({"timing_cycle": "off"}, "cpu"))
+    assert off["ok"] is True and "gap" not in off   # off: the cycle is recorded in the blocks, not judged
+    disordered = BlockClock(cycle=False)
+    disordered.open(0.0)
+    for _ in range(2):
+        disordered.call("timed")
+    disordered.output()
+    disordered.output()
+    disordered.close(1.0)
+    assert "disorder" not in disordered.blocks[-1]
+
+
+def test_work_moved_into_the_procedure_after_each_call_shows_in_the_cycle_when_the_block_is_noisy():
+    """The handoff fixture on a busy host: each call fast and honestly timed, its work in the handoff
+    after it. The whole block (its wall, with every stall of the host) is too noisy to tell; each
+    cycle's median is not."""
+    ref_reported, ref_lane = blocks(1.8, 0.005, 0.35)
+    reported, lane = blocks(0.04, 0.005, 0.35 + 1.8)
+    for b in ref_lane + lane:
+        b["gap"] = [t + 0.3 for t in b["inner"][:-1]]
+    for b in lane:
+        b["gap"] = [g + 1.8 for g in b["gap"]]
+    for i, b in enumerate(ref_lane):   # the reference's block walls: the busy host's stalls, 0 to 2.7 ms a call
+        b["ms"] += b["calls"] * 0.3 * i
+    v = vouch(reported, lane, ref_reported, ref_lane, bound_slack({}, "cpu"))
+    assert v["block"]["excess_ms"] < v["block"]["bound_ms"]   # the block alone would pass it
+    assert v["ok"] is False and v["gap"]["excess_ms"] == pytest.approx(1.8) and "to the next's" in v["why"]
+    honest = blocks(1.8, 0.005, 0.35)
+    for b in honest[1]:
+        b["gap"] = [t + 0.3 for t in b["inner"][:-1]]
+    assert vouch(*honest, ref_reported, ref_lane, bound_slack({}, "cpu"))["ok"] is True
+    kept = compact(reported, lane)
+    assert "gap" not in kept[0] and kept[0]["gap_ovh_ms"] == pytest.approx(0.005 + 0.3 + 1.8)
+    assert overheads(reported, kept, "gap") == overheads(reported, lane, "gap")

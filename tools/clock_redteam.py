@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "tests" / "fixtures" / "solutions"
 TWIN = "cheat_reference_output"
-CPU_FIXTURES = ["cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer", "cheat_clock_handoff"]
+CPU_FIXTURES = ["cheat_clock_host", "cheat_clock_timer", "cheat_clock_writer", "cheat_clock_handoff", "cheat_clock_held"]
 CUDA_FIXTURES = ["cheat_clock_event", "cheat_clock_record", "cheat_clock_sync", "cheat_clock_cudart", *CPU_FIXTURES]
 
 

@@ -86,6 +86,9 @@ class ChecksConfig:
     timing_bound_noise_share: float | str = "auto"     # ... + this / sqrt(calls timed) x that cost
     timing_bound_noise_ms: float | str = "auto"        # ... + this / sqrt(calls timed)
     timing_bound_spread_z: float | str = "auto"        # ... + this many standard errors of the rounds' own noise
+    # on: the lane's clock also judges each cycle from a timed call to the next (harness/verdict/vouch.py
+    # cycle_clock) | off | auto: on the CPU; on CUDA once the GPU smoke has run with it
+    timing_cycle: str = "auto"
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/verdict/checks.py)
     placement: str = "fail"             # flag | fail: a timed worker's thread found off the timing CPU (harness/run/placement.py)
     timed_output_checks: int = 6        # timed calls whose outputs are checked, chosen in secret by the lane
@@ -342,6 +345,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
                                   f"got {value!r}")
     if not 0 < k.library_share <= 1 or k.timed_output_checks < 0:
         raise BadInput(where, "checks.library_share must be in (0, 1] and checks.timed_output_checks >= 0")
+    if k.timing_cycle not in ("auto", "on", "off"):
+        raise BadInput(where, f"checks.timing_cycle must be auto, on or off, got {k.timing_cycle!r}")
     if k.trial_coverage not in ("auto", "on", "off"):
         raise BadInput(where, f"checks.trial_coverage must be auto, on or off, got {k.trial_coverage!r}")
     if k.secret_timed_checks not in ("auto", "on", "off"):

@@ -47,6 +47,7 @@ from ..core.results import Status
 from .references import References
 from .sandbox_check import check_sandbox, wanted
 from ..verdict.timing import malloc_env
+from ..verdict.vouch import cycle_clock
 
 FIRST_CALLS = ("construct", "profile")
 
@@ -133,7 +134,7 @@ class Lane:
         its pair fails whatever they measure, and its timed calls still run, so a crash or hang in
         them is its status as before."""
         w = Watch()
-        clock = BlockClock()
+        clock = BlockClock(cycle_clock(request.get("checks") or {}, self.device))
         spare.channel.send({"op": "run", "request": request})
         phase, phase_start, other_used = "start", time.monotonic(), 0.0
         call: tuple[float, float, dict] | None = None   # (started, limit, the call event)
@@ -214,14 +215,16 @@ class Lane:
                 first = what in FIRST_CALLS or (what == "trial" and message.get("trial") == 0)
                 call = (now, limits["first_call_s"] if first else limits["call_s"], message)
             elif event in ("output", "state") and judgement is not None:
-                w.timed_outputs += event == "output" and message.get("kind") == "timed"
+                if event == "output" and message.get("kind") == "timed":
+                    w.timed_outputs += 1
+                    clock.output()
                 try:
-                    self.take(spare, message, payload, judgement)
+                    acked = self.take(spare, message, payload, judgement)
                 except ChannelClosed:
                     break
                 spent = time.monotonic() - now
                 w.handoff_s += spent
-                clock.lane_work(spent)
+                clock.lane_work(spent, acked - now)
                 phase_start += spent  # the lane's time is not the worker's
             elif event in ("round", "rounds_end"):  # a timed block ends (on the lane's clock), the next begins
                 try:
@@ -249,10 +252,14 @@ class Lane:
         w.events.append({"event": "_phase", "phase": phase})
         return w
 
-    def take(self, spare: Spare, message: dict[str, Any], payload: bytes, judgement) -> None:
+    def take(self, spare: Spare, message: dict[str, Any], payload: bytes, judgement) -> float:
+        """Take a worker's output (or state) while it waits, then let it go on: returns the lane's
+        time.monotonic() just before the "ack" that does (the lane's clock takes out its work up to
+        there, not the worker's time after it: on a busy host the lane may run late after its send)."""
         if message["event"] == "output" and judgement.passes(message):
+            done = time.monotonic()
             spare.channel.send({"op": "ack"})  # a timed call the secret sample does not keep
-            return
+            return done
         with stopped(spare.pid):
             if message["event"] == "output":
                 taken = judgement.take_output(message, payload, self.device)
@@ -263,7 +270,9 @@ class Lane:
             judgement.judge_taken(taken)
         del taken
         self.judge.release()
+        done = time.monotonic()
         spare.channel.send({"op": "ack"})
+        return done
 
     def finish(self, spare: Spare, w: Watch, started: float) -> Outcome:
         """End the worker (killed on a timeout, a broken protocol or a stop before its timed calls,

@@ -64,7 +64,7 @@ class References:
         from ..verdict.vouch import overheads
         for role, stats in timed.items():
             entry["latest"][role] = (time.monotonic(), stats)
-            for key in ("ms", "inner"):  # the harness's cost per timed call, for a pair whose reference worker
+            for key in ("ms", "inner", "gap"):  # the harness's cost per timed call, for a pair whose reference worker
                 cost = overheads(stats.get("rounds") or [], stats.get("lane_blocks") or [], key)  # times no block
                 if cost:
                     entry.setdefault("overhead", {})[key] = sorted(cost)[len(cost) // 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +17,7 @@ from ..isolate.isolation import tail
 from .pool import kill, signal_spare
 from ..core.precision import strict_role
 from ..verdict.sample import TimedSample
+from ..verdict.vouch import cycle_clock
 from .request import _request, every_timed_call
 from .yardstick import Yardstick
 
@@ -28,12 +30,12 @@ class BlockWorker:
     (`sink`: the same draws and the same work per kept call as the solution's). Its first block
     may wait for its set-up (import, CUDA context, construction) on top of the calls' limits."""
 
-    def __init__(self, lane, spare, sink, limits: dict[str, Any], what: str):
+    def __init__(self, lane, spare, sink, limits: dict[str, Any], what: str, cycle: bool = True):
         self.lane, self.spare, self.sink, self.limits, self.what = lane, spare, sink, limits, what
         self.fresh = spare.state != "serving"   # its set-up is still to come
         self.blocks: list[list[float]] = []
         self.by_role: dict[str, list[list[float]]] = {}
-        self.clock = BlockClock()   # the lane's clock on its blocks (harness/run/clock.py), by role in lane_by_role
+        self.clock = BlockClock(cycle)   # the lane's clock on its blocks (harness/run/clock.py), by role in lane_by_role
         self.lane_by_role: dict[str, list[dict[str, Any]]] = {}
         self.gpu_s = 0.0
         self.failed = ""
@@ -105,10 +107,11 @@ class BlockWorker:
             if event == "versions":
                 self.versions = message
             if event == "output":
-                self.lane.take(spare, message, payload, self.sink)
+                clock.output()
+                acked = self.lane.take(spare, message, payload, self.sink)
                 spent = time.monotonic() - now
                 self.handoff_s += spent
-                clock.lane_work(spent)
+                clock.lane_work(spent, acked - now)
 
     def stats(self, timer_name: str, role: str | None = None) -> dict[str, Any]:
         """Its blocks' statistics, with the blocks as rounds: all of them, or those of `role`."""
@@ -146,6 +149,7 @@ class ReferenceRounds:
                  tolerances: dict[str, Any]):
         self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
         self.t, self.run = job["config"]["timing"], job["config"]["precision"]
+        self.cycle = cycle_clock(job["config"]["checks"], lane.device)   # checks.timing_cycle
         self.role: str | None = None
         self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
         self.timer_name = "cuda_event" if lane.device == "cuda" else "host"
@@ -156,7 +160,8 @@ class ReferenceRounds:
         self.solution = placement.TimedWorker(self.cpus, lane.cpus)
         hint = entry.get("out_bytes", 0)
         spare = lane.references.worker_for(job, lambda spare: _request(job, "reference", spare, hint))
-        self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker")
+        self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker",
+                                     self.cycle)
         self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
         self.yardstick: Yardstick | None = None
         if job.get("yardstick"):
@@ -169,7 +174,8 @@ class ReferenceRounds:
         both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
         spare = self.lane.pool.take()
         spare.state = "starting"
-        worker = BlockWorker(self.lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker")
+        worker = BlockWorker(self.lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker",
+                             self.cycle)
         try:
             spare.channel.send({"op": "run", "request": {
                 **_request(both, "yardstick", spare, hint),
@@ -211,8 +217,14 @@ class ReferenceRounds:
             from ..verdict.timing import per_round, planned_samples, rule_of
             try:
                 self.role = self.role or self.role_of()
-                per_call = (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
+                done = self.reference.by_role.get(self.role) if self.cycle else None
+                # its calls planned by its own last block where it has one (the entry's estimate may be
+                # the lane's own, measured outside the pinned worker: on a busy CPU, many times the call)
+                per_call = median(done[-1]) if done else \
+                    (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
                 _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
+                if self.cycle:   # two calls at least where the solution's round has two: one cycle of the
+                    each = max(each, min(2, int(message.get("calls", 1))))   # reference's to judge its by (clock.py)
             except ChannelClosed as exc:
                 self.reference.failed = f"the reference worker failed: {exc}"
             else:

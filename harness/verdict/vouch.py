@@ -52,9 +52,18 @@ from typing import Any
 # rounds (their interquartile range: the trusted worker's, which no solution sets). Where the
 # reference's rounds agree (a quiet host) it adds next to nothing.
 AUTO_BOUND = {"cuda": {"ms": 0.005, "noise_ms": 0.02, "calls_overhead_share": 0.0, "block_overhead_share": 0.25,
-                       "noise_share": 1.0, "block_quantile": 0.5, "spread_z": 3.0},
+                       "gap_overhead_share": 0.25, "noise_share": 1.0, "block_quantile": 0.5, "spread_z": 3.0},
               "cpu": {"ms": 0.02, "noise_ms": 0.1, "calls_overhead_share": 0.5, "block_overhead_share": 0.5,
-                      "noise_share": 3.0, "block_quantile": 0.25, "spread_z": 3.0}}
+                      "gap_overhead_share": 0.5, "noise_share": 3.0, "block_quantile": 0.25, "spread_z": 3.0}}
+
+
+def cycle_clock(checks: dict[str, Any], device: str) -> bool:
+    """checks.timing_cycle: whether the lane judges each cycle from a timed call to the next (and
+    holds a block's outputs to their calls, reads its own work in a block up to its acknowledgement,
+    and has the reference worker time two calls a block at least, planned by its own last block);
+    auto: on the CPU, where CI failed without it; on CUDA once the GPU smoke has run with it."""
+    setting = checks.get("timing_cycle", "auto")
+    return setting == "on" or (setting == "auto" and device != "cuda")
 
 
 def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
@@ -65,9 +74,10 @@ def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
     return {"ms": pick("timing_bound_ms", "ms"), "share": float(checks.get("timing_bound_share", 0.1)),
             "calls_overhead_share": pick("timing_bound_overhead_share", "calls_overhead_share"),
             "block_overhead_share": pick("timing_bound_overhead_share", "block_overhead_share"),
+            "gap_overhead_share": pick("timing_bound_overhead_share", "gap_overhead_share"),
             "noise_share": pick("timing_bound_noise_share", "noise_share"),
             "noise_ms": pick("timing_bound_noise_ms", "noise_ms"), "block_quantile": auto["block_quantile"],
-            "spread_z": pick("timing_bound_spread_z", "spread_z")}
+            "spread_z": pick("timing_bound_spread_z", "spread_z"), "cycle": cycle_clock(checks, device)}
 
 
 def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str = "ms") -> list[float]:
@@ -84,7 +94,7 @@ def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str 
             out.append((block["ms"] - sum(times)) / block["calls"])
         elif f"{key}_ovh_ms" in block:
             out.append(block[f"{key}_ovh_ms"])
-        elif block.get(key) and len(block[key]) == len(times):
+        elif block.get(key) and len(block[key]) == len(times) - (key == "gap"):
             out.append(statistics.median([a - b for a, b in zip(block[key], times)]))
     return out
 
@@ -96,11 +106,11 @@ def compact(reported: list[list[float]], lane: list[dict[str, Any]]) -> list[dic
     for index, block in enumerate(lane):
         block = dict(block)
         times = reported[index] if index < len(reported) else []
-        for key in ("inner",):
+        for key in ("inner", "gap"):
             calls = block.pop(key, None)
             if calls:
                 block[f"{key}_ms"] = round(sum(calls) / len(calls), 5)
-                if len(calls) == len(times):
+                if len(calls) == len(times) - (key == "gap"):
                     block[f"{key}_ovh_ms"] = round(statistics.median([a - b for a, b in zip(calls, times)]), 5)
         kept.append(block)
     return kept
@@ -110,8 +120,8 @@ def per_call(lane: list[dict[str, Any]], key: str) -> list[float]:
     """The lane's time per call of each block on interval `key` (ms)."""
     if key == "ms":
         return [b["ms"] / b["calls"] for b in lane if b.get("calls")]
-    return [sum(b[key]) / len(b[key]) if isinstance(b.get(key), list) and b[key] else b.get(f"{key}_ms", 0.0)
-            for b in lane if b.get("calls")]
+    return [sum(b[key]) / len(b[key]) if isinstance(b.get(key), list) and b[key] else b[f"{key}_ms"]
+            for b in lane if b.get("calls") and (b.get(key) or f"{key}_ms" in b)]
 
 
 def disagreement(reported: list[list[float]], lane: list[dict[str, Any]]) -> str:
@@ -119,6 +129,8 @@ def disagreement(reported: list[list[float]], lane: list[dict[str, Any]]) -> str
     if len(reported) != len(lane):
         return f"the worker reported {len(reported)} timed block(s) where the lane saw {len(lane)}"
     for index, (times, block) in enumerate(zip(reported, lane)):
+        if block.get("disorder"):
+            return f"block {index}: {block['disorder']} (the harness's worker hands each over before its next call)"
         if block.get("unended"):
             return (f"block {index} ended by a '{block['unended']}' message, not by the closing exchange the "
                     f"harness's worker makes")
@@ -192,9 +204,9 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
     fixed = slack.get("ms", 0.0) + slack.get("noise_ms", 0.0) / root + slack.get("share", 0.0) * out["reported_ms"]
     noise = slack.get("noise_share", 0.0) / root
     out["ok"] = True
-    for part, key in (("calls", "inner"), ("block", "ms")):
+    for part, key in (("calls", "inner"), ("gap", "gap"), ("block", "ms")):
         mine, theirs = overheads(reported, lane, key), overheads(reference_reported, reference_lane, key)
-        if not mine:
+        if not mine or (part == "gap" and not slack.get("cycle", True)):
             continue
         q = slack.get("block_quantile", 0.5) if part == "block" else 0.5
         means = [sum(t) / len(t) for t, b in zip(reported, lane) if b.get("calls") and t] if q < 0.5 else []
@@ -211,6 +223,8 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
             base, over = statistics.median(theirs), excess(mine, theirs, paired, q)
         elif fallback and key in fallback:
             base, over = fallback[key], quantile(mine, q) - fallback[key]
+        elif part == "gap":   # the reference's blocks of one call each have no cycle: the block judges
+            continue
         else:
             return {**out, "ok": None, "why": "the reference worker timed no block, and no earlier pair of the problem "
                                               "measured the harness's cost per call"}
@@ -221,7 +235,8 @@ def vouch(reported: list[list[float]], lane: list[dict[str, Any]], reference_rep
                      "bound_ms": round(bound, 6), "spread_ms": round(rounds_noise, 6)}
         if over > bound and out["ok"]:
             out["ok"] = False
-            where = "of its timed blocks, whole" if part == "block" else "of its calls, each to its return"
+            where = {"block": "of its timed blocks, whole", "gap": "from each timed call's start to the next's",
+                     "calls": "of its calls, each to its return"}[part]
             out["why"] = (f"the lane measured {lane_ms:.4g} ms per call {where}, of which the harness's own "
                           f"procedure takes {base:.4g} ms (the reference worker's, in the same rounds): its calls "
                           f"took about {out['reported_ms'] + over:.4g} ms where the worker reported "
