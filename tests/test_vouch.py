@@ -368,3 +368,18 @@ def test_work_moved_into_the_procedure_after_each_call_shows_in_the_cycle_when_t
     kept = compact(reported, lane)
     assert "gap" not in kept[0] and kept[0]["gap_ovh_ms"] == pytest.approx(0.005 + 0.3 + 1.8)
     assert overheads(reported, kept, "gap") == overheads(reported, lane, "gap")
+
+
+def test_the_reference_workers_calls_a_block():
+    """rounds.reference_calls: the stopping rule's calls per round for the reference's time a call;
+    with the cycle on, that time is its own last block's median once it has one, and a block has two
+    calls at least where the solution's round has two (one cycle of the reference's)."""
+    from harness.run.rounds import reference_calls
+    t = {"min_samples": 10, "max_samples": 100, "min_time_s": 0.5, "max_time_s": 10.0}
+    round_of = {"of": 10, "calls": 10}
+    inflated = {"median_ms": 60.0}   # the lane's own estimate on a busy CPU
+    assert reference_calls(t, inflated, None, round_of, cycle=False) == 1
+    assert reference_calls(t, inflated, None, round_of, cycle=True) == 2
+    assert reference_calls(t, inflated, [[1.8] * 2], round_of, cycle=True) == 10   # its own block: 100 calls in 10
+    assert reference_calls(t, inflated, [[1.8] * 2], round_of, cycle=False) == 1
+    assert reference_calls(t, inflated, None, {"of": 10, "calls": 1}, cycle=True) == 1

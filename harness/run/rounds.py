@@ -22,6 +22,30 @@ from .request import _request, every_timed_call
 from .yardstick import Yardstick
 
 
+def reference_calls(t: dict[str, Any], estimate: dict[str, Any], done: list[list[float]] | None,
+                    message: dict[str, Any], cycle: bool) -> int:
+    """The calls of the reference worker's block before the solution's round `message`: the stopping
+    rule's (timing `t`) for its time per call over the solution's rounds. The time: the entry's
+    (`estimate`), or with `cycle` (checks.timing_cycle) its own last block's median where it has
+    one (`done`: the entry's may be the lane's own, measured outside the pinned worker, which on a
+    busy CPU read a 1.8 ms call as 50 ms and more); with `cycle`, two calls at least where the
+    solution's round has two (one cycle of the reference's to judge the solution's by: clock.py)."""
+    from ..verdict.timing import per_round, planned_samples, rule_of
+    per_call = median(done[-1]) if cycle and done else estimate["median_ms"]
+    _, each = per_round(planned_samples(rule_of(t), per_call), int(message.get("of", 1)))
+    return max(each, min(2, int(message.get("calls", 1)))) if cycle else each
+
+
+def block_sink(lane, problem, job: dict[str, Any], tolerances: dict[str, Any], name: str):
+    """Where a block worker's handed-over outputs go: taken as the solution's, into a sample of
+    their own (never judged; a CPU lane's files in a folder of its own)."""
+    sink = lane.judge.begin(problem, job["seeds"], tolerances, job["config"]["precision"])
+    if every_timed_call(job["config"]["checks"], job["device"]):
+        spill = lane.judge.spill_dir / name if lane.judge.spill_dir is not None else None
+        sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
+    return sink
+
+
 class BlockWorker:
     """A worker of the lane's pool that times blocks of calls when the lane asks ({"op": "block",
     "role", "calls"}): the reference worker (worker.run_reference) or a yardstick worker
@@ -160,8 +184,8 @@ class ReferenceRounds:
         self.solution = placement.TimedWorker(self.cpus, lane.cpus)
         hint = entry.get("out_bytes", 0)
         spare = lane.references.worker_for(job, lambda spare: _request(job, "reference", spare, hint))
-        self.reference = BlockWorker(lane, spare, self._sink(tolerances, "reference"), limits, "reference worker",
-                                     self.cycle)
+        sink = block_sink(lane, problem, job, tolerances, "reference")
+        self.reference = BlockWorker(lane, spare, sink, limits, "reference worker", self.cycle)
         self.worker_problems = spare.problems   # the problems the worker has been set up for, this one included
         self.yardstick: Yardstick | None = None
         if job.get("yardstick"):
@@ -174,8 +198,8 @@ class ReferenceRounds:
         both = {**job, "libraries": [*(job.get("libraries") or []), *(then.get("libraries") or [])]}
         spare = self.lane.pool.take()
         spare.state = "starting"
-        worker = BlockWorker(self.lane, spare, self._sink(tolerances, "yardstick"), limits, "yardstick worker",
-                             self.cycle)
+        sink = block_sink(self.lane, self.problem, job, tolerances, "yardstick")
+        worker = BlockWorker(self.lane, spare, sink, limits, "yardstick worker", self.cycle)
         try:
             spare.channel.send({"op": "run", "request": {
                 **_request(both, "yardstick", spare, hint),
@@ -193,16 +217,6 @@ class ReferenceRounds:
     def gpu_s(self) -> float:
         return self.reference.gpu_s + (self.yardstick.worker.gpu_s if self.yardstick is not None else 0.0)
 
-    def _sink(self, tolerances: dict[str, Any], name: str):
-        """Where a block worker's handed-over outputs go: taken as the solution's, into a sample of
-        their own (never judged; a CPU lane's files in a folder of its own)."""
-        lane, job = self.lane, self.job
-        sink = lane.judge.begin(self.problem, job["seeds"], tolerances, self.run)
-        if every_timed_call(job["config"]["checks"], job["device"]):
-            spill = lane.judge.spill_dir / name if lane.judge.spill_dir is not None else None
-            sink.sample = TimedSample(job["config"]["checks"]["timed_output_checks"], spill, keep=False)
-        return sink
-
     def pause(self) -> None:
         """The block workers stopped while the solution's worker times (they may still be setting up)."""
         self.reference.pause()
@@ -214,17 +228,10 @@ class ReferenceRounds:
         then the yardstick's, "then" and "now" in turns (as many calls each as the solution's round;
         "then" first in round 0, by when the worker has said which versions it holds)."""
         if not self.reference.failed:
-            from ..verdict.timing import per_round, planned_samples, rule_of
             try:
                 self.role = self.role or self.role_of()
-                done = self.reference.by_role.get(self.role) if self.cycle else None
-                # its calls planned by its own last block where it has one (the entry's estimate may be
-                # the lane's own, measured outside the pinned worker: on a busy CPU, many times the call)
-                per_call = median(done[-1]) if done else \
-                    (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"])["median_ms"]
-                _, each = per_round(planned_samples(rule_of(self.t), per_call), int(message.get("of", 1)))
-                if self.cycle:   # two calls at least where the solution's round has two: one cycle of the
-                    each = max(each, min(2, int(message.get("calls", 1))))   # reference's to judge its by (clock.py)
+                each = reference_calls(self.t, (self.entry["stats"].get(self.role) or self.entry["stats"]["reference"]),
+                                       self.reference.by_role.get(self.role), message, self.cycle)
             except ChannelClosed as exc:
                 self.reference.failed = f"the reference worker failed: {exc}"
             else:
