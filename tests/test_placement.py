@@ -189,8 +189,10 @@ def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
     from harness.compile.build import cache_dir_of
     from harness.core.solutions import reference_solution
     from run_eval import reference_dir
+    # with the spares still starting left to go on off the timing CPU while it times (the other runs
+    # here stop them: timing.priming_spares auto)
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
-                         {"results_dir": str(tmp_path), "timing.pin_cpu": "on"})
+                         {"results_dir": str(tmp_path), "timing.pin_cpu": "on", "timing.priming_spares": "run"})
     problem = problem_from_path(ADD_PROBLEM)
     r = evaluate([Pair(problem, reference_solution(problem, reference_dir(cache_dir_of(cfg))))], cfg, run_id="aa",
                  out=lambda line: None)[0]
@@ -220,3 +222,41 @@ def test_workers_start_without_address_space_randomization(tmp_path):
         inside = subprocess.run(["cat", "/proc/self/personality"], capture_output=True, text=True).stdout
     assert int(inside, 16) & placement.ADDR_NO_RANDOMIZE
 
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2, reason="Linux, two CPUs")
+def test_frozen_spares_stop_or_go_on_off_the_timing_cpu(tmp_path):
+    """pool.freeze(): every spare stopped; freeze(away=CPUs) (timing.priming_spares run): a spare
+    still starting goes on, on those CPUs only, and back on the lane's at thaw; a ready one stops."""
+    import time
+    from harness.core.errors import BadInput
+    from harness.run.pool import WorkerPool, kill
+    assert load_config(None).timing.priming_spares == "auto"
+    with pytest.raises(BadInput, match="timing.priming_spares must be auto, stop or run"):
+        with_overrides(load_config(None), {"timing.priming_spares": "sometimes"})
+    home = os.sched_getaffinity(0)
+    away = frozenset({min(home)})
+    pool = WorkerPool(tmp_path / "workers", {"CUDA_VISIBLE_DEVICES": ""}, size=2)
+    try:
+        starting, ready = pool.spares
+        ready.state = "ready"                  # as tick() would note it
+        pool.freeze(away=away)
+        time.sleep(0.2)
+        assert starting.away and _state(starting.pid) != "T" and os.sched_getaffinity(starting.pid) == away
+        assert not ready.away and _state(ready.pid) == "T"
+        pool.thaw()
+        time.sleep(0.2)
+        assert not starting.away and os.sched_getaffinity(starting.pid) == pool.home
+        assert _state(starting.pid) != "T" and _state(ready.pid) != "T"
+        pool.freeze()
+        time.sleep(0.2)
+        assert _state(starting.pid) == "T" and not starting.away
+        pool.thaw()
+    finally:
+        pool.size = 0
+        for spare in pool.spares:
+            kill(spare)

@@ -209,8 +209,37 @@ def test_lane_clock_reads_what_the_harness_held_a_pair_to(tmp_path, capsys):
     assert lane_clock.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and "fast" in out[1] and "wrong" not in "".join(out)
-    assert out[1].split()[7] == "-1.3333" and out[1].split()[11] == "0.5000"
+    assert out[1].split()[7] == "-1.3333" and out[1].split()[15] == "0.5000" and out[1].split()[11] == "None"
     assert out[-1] == "1 pair(s); the largest share of a bound used: 0.50"
+
+
+def test_lane_clock_recomputes_a_judgement_under_other_checks(tmp_path, capsys):
+    """--set: each pair judged again from its recorded blocks, e.g. the cycle check on over a run made
+    with it off (the handoff fixture's shape: fast calls, the work after each, every block's wall noisy)."""
+    from tools import lane_clock
+
+    from test_results import make_result
+    base = make_result().to_dict()
+
+    def blocks(ms, gap_ovh, wall_ovh):
+        return [{"ms": 10 * (ms + wall_ovh), "calls": 10, "returns": 10, "inner_ovh_ms": 0.005, "inner_ms": ms + 0.005,
+                 "gap_ovh_ms": gap_ovh, "gap_ms": ms + gap_ovh} for _ in range(10)]
+    timing = {"solution": {"rounds": [[0.04] * 10] * 10, "lane_blocks": blocks(0.04, 2.1, 2.1)},
+              "reference": {"rounds": [[1.8] * 10] * 10, "lane_blocks": blocks(1.8, 0.3, 1.5), "measured_in": "reference worker",
+                            "reused": False},
+              "vouch": {"ok": True, "reported_ms": 0.04, "calls": {"excess_ms": 0.0, "bound_ms": 0.1}}}
+    record = {**base, "status": "ok", "flags": [], "timing": timing,
+              "config": {**base["config"], "checks": {"timing_cycle": "off"}}, "env": {**base.get("env", {}), "device": "cpu"}}
+    (tmp_path / "a.json").write_text(json.dumps(record))
+    assert lane_clock.main([str(tmp_path), "--set", "checks.timing_cycle=on"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("with checks.timing_cycle=on: 1 of 1 pair(s) judged otherwise") and "(True -> False)" in out[-1]
+    assert lane_clock.main([str(tmp_path), "--set", "checks.timing_cycle=off"]) == 0
+    assert "0 of 1 pair(s) judged otherwise" in capsys.readouterr().out
+    assert lane_clock.main([str(tmp_path), "--set", "timing.rounds=3"]) == 2
+    assert "only checks.KEY=VALUE" in capsys.readouterr().err
+    assert lane_clock.main([str(tmp_path), "--set", "checks.timing_cycel=on"]) == 2
+    assert "did you mean 'checks.timing_cycle'" in capsys.readouterr().err
 
 
 def test_clock_redteam_counts_a_flagged_fixture_as_caught_and_a_trusted_fast_one_as_not():

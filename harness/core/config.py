@@ -130,6 +130,11 @@ class TimingConfig:
     # crash or hang there is its status): skip = without the reference's rounds, which only a speedup
     # would use; time = with them; auto = skip on the CPU, time on CUDA until the GPU smoke runs with it
     wrong_rounds: str = "auto"
+    # while a pair is timed on a lane that pins it (pin_cpu): run = the spares still starting (importing
+    # torch: host work, no CUDA context before their pair) go on, on the lane's CPUs but the timing
+    # CPUs, as the builds do; stop = every spare stopped; auto = stop until an A/A on the GPU has
+    # measured run (harness/run/pool.py)
+    priming_spares: str = "auto"
     # the offset between two worker processes that the rounds cannot see, as a share of the
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
     # intervals of the rounds alone missed 1.0, by at most 1.1%, 13 of them by at most 0.4%; at
@@ -370,6 +375,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "correctness.truth_cache_fraction must be in [0, 0.9]")
     if not 0 <= t.process_term < 0.5:
         raise BadInput(where, f"timing.process_term must be in [0, 0.5), got {t.process_term}")
+    if t.priming_spares not in ("auto", "stop", "run"):
+        raise BadInput(where, f"timing.priming_spares must be auto, stop or run, got {t.priming_spares!r}")
     if t.wrong_rounds not in ("auto", "skip", "time"):
         raise BadInput(where, f"timing.wrong_rounds must be auto, skip or time, got {t.wrong_rounds!r}")
     if t.pin_cpu not in ("auto", "on", "off"):

@@ -194,7 +194,7 @@ class Lane:
                         break
                     w.unrounded = True
                 if message.get("phase") == "timing":
-                    self.pool.freeze()
+                    self.pool.freeze(away=self.priming_cpus(request, rounds))
                     if rounds is not None:
                         rounds.pause()  # it runs only for its blocks from now on
                         rounds.solution.place(spare.pid)  # its warm-up and blocks on the timing CPU
@@ -251,6 +251,14 @@ class Lane:
         w.phase_s[key] = w.phase_s.get(key, 0.0) + time.monotonic() - phase_start
         w.events.append({"event": "_phase", "phase": phase})
         return w
+
+    def priming_cpus(self, request: dict[str, Any], rounds) -> frozenset[int] | None:
+        """Where the spares still starting go on while a pair is timed (timing.priming_spares run):
+        the lane's CPUs but its timing CPU and any another lane holds; None (every spare stopped)
+        where it is stop or auto, or the lane pins nothing."""
+        if (request.get("timing") or {}).get("priming_spares", "auto") != "run" or rounds is None or rounds.cpus is None:
+            return None
+        return frozenset(c for c in self.cpus if c not in rounds.cpus and not placement.claimed(c)) or None
 
     def take(self, spare: Spare, message: dict[str, Any], payload: bytes, judgement) -> float:
         """Take a worker's output (or state) while it waits, then let it go on: returns the lane's

@@ -5,7 +5,9 @@ Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
 (worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
 pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
 A spare runs in its own session (a kill takes its compiler children with it) and dies with the
-lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything. Workers
+lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything, or, with
+timing.priming_spares run where the lane pins its timed workers, those still starting go on
+off the timing CPU (`freeze`). Workers
 start without address-space randomization (harness/run/placement.py `fixed_layout`).
 
 In a sandbox (harness/isolate/sandbox.py) each spare has a scratch folder of its own, made when it is
@@ -40,6 +42,7 @@ class Spare:
     scratch: Path | None = None    # its sandbox's scratch folder (None: no sandbox)
     problems: int = 0              # a reference worker: the problems it has been set up for (references.References.worker_for)
     marks: Marks | None = None     # its timing marks, kernel-stamped (harness/isolate/channel.py Marks)
+    away: bool = False             # starting on the lane's CPUs but the timing CPU while a pair is timed (freeze)
 
     @property
     def pid(self) -> int:
@@ -60,6 +63,8 @@ class WorkerPool:
         self.spares: list[Spare] = []
         self.count = 0
         self.frozen = False
+        self.away: frozenset[int] | None = None   # where a starting spare goes on while frozen (freeze)
+        self.home = placement.allowed()            # ... and the CPUs it goes back to
         self.fill()
 
     def spawn(self, extra_env: Mapping[str, str] | None = None) -> Spare:
@@ -83,7 +88,7 @@ class WorkerPool:
         spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None,
                       marks=marks)
         if self.frozen:
-            signal_spare(spare, signal.SIGSTOP)
+            self._hold(spare)
         return spare
 
     def fill(self) -> None:
@@ -110,21 +115,39 @@ class WorkerPool:
         """The oldest spare (it may still be importing: its "run" then waits in the channel)."""
         self.tick()
         spare = self.spares.pop(0) if self.spares else self.spawn()
+        self._home(spare)
         signal_spare(spare, signal.SIGCONT)
         self.fill()
         return spare
 
-    def freeze(self) -> None:
-        """Stop every spare (SIGSTOP) while something is timed: their imports, CUDA contexts and
-        profiler start-up take CPU time and driver work that would show in the measurement."""
-        self.frozen = True
+    def freeze(self, away: frozenset[int] | None = None) -> None:
+        """Stop every spare (SIGSTOP) while something is timed: their imports and start-up take CPU
+        time that would show in the measurement. With `away` (the lane's CPUs but its timing CPU,
+        timing.priming_spares run), a spare still starting goes on there instead, as the builds do:
+        it imports torch and primes host-side only (its CUDA context comes with its pair), and a pair
+        that takes it before it is ready waits for what is left (1.7-3.9 s for 12 of 95 pairs on an
+        H100 host with every spare stopped: docs/harness-perf.md)."""
+        self.frozen, self.away = True, away or None
         for spare in self.spares:
-            signal_spare(spare, signal.SIGSTOP)
+            self._hold(spare)
 
     def thaw(self) -> None:
         self.frozen = False
         for spare in self.spares:
+            self._home(spare)
             signal_spare(spare, signal.SIGCONT)
+
+    def _hold(self, spare: Spare) -> None:
+        """A spare while frozen: on the away CPUs if it is still starting and there are some, else stopped."""
+        if self.away is not None and spare.state == "starting" and placement.pin(spare.pid, self.away):
+            spare.away = True
+        else:
+            signal_spare(spare, signal.SIGSTOP)
+
+    def _home(self, spare: Spare) -> None:
+        if spare.away:
+            placement.pin(spare.pid, self.home)
+            spare.away = False
 
     def fresh(self, extra_env: Mapping[str, str]) -> Spare:
         """A worker outside the pool, with `extra_env` set before it starts (e.g.
