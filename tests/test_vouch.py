@@ -383,3 +383,6 @@ def test_the_reference_workers_calls_a_block():
     assert reference_calls(t, inflated, [[1.8] * 2], round_of, cycle=True) == 10   # its own block: 100 calls in 10
     assert reference_calls(t, inflated, [[1.8] * 2], round_of, cycle=False) == 1
     assert reference_calls(t, inflated, None, {"of": 10, "calls": 1}, cycle=True) == 1
+    fast = {"median_ms": 0.4}   # 100 calls in 10 planned; the solution's round has 6: blocks of one length
+    assert reference_calls(t, fast, None, {"of": 10, "calls": 6}, cycle=True) == 6
+    assert reference_calls(t, fast, None, {"of": 10, "calls": 6}, cycle=False) == 10

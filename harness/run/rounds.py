@@ -28,12 +28,18 @@ def reference_calls(t: dict[str, Any], estimate: dict[str, Any], done: list[list
     rule's (timing `t`) for its time per call over the solution's rounds. The time: the entry's
     (`estimate`), or with `cycle` (checks.timing_cycle) its own last block's median where it has
     one (`done`: the entry's may be the lane's own, measured outside the pinned worker, which on a
-    busy CPU read a 1.8 ms call as 50 ms and more); with `cycle`, two calls at least where the
-    solution's round has two (one cycle of the reference's to judge the solution's by: clock.py)."""
+    busy CPU read a 1.8 ms call as 50 ms and more); with `cycle`, no more than the solution's round
+    (blocks of one length: a block's first calls, after the other worker ran, are its slower ones, so
+    the side timed in longer blocks reads faster: a CPU A/A read 0.93-0.976x with the reference's
+    blocks 1.4-2.4x the solution's, 0.976-1.022x with them equal) and two at least where it has two
+    (one cycle of the reference's to judge the solution's by: clock.py)."""
     from ..verdict.timing import per_round, planned_samples, rule_of
     per_call = median(done[-1]) if cycle and done else estimate["median_ms"]
     _, each = per_round(planned_samples(rule_of(t), per_call), int(message.get("of", 1)))
-    return max(each, min(2, int(message.get("calls", 1)))) if cycle else each
+    if not cycle:
+        return each
+    calls = int(message.get("calls", 1))
+    return max(min(each, calls), min(2, calls))
 
 
 def block_sink(lane, problem, job: dict[str, Any], tolerances: dict[str, Any], name: str):
