@@ -154,12 +154,12 @@ def test_overheads_per_interval_and_a_stray_call_moves_one_call_only():
 
 
 def test_auto_bound_by_device_and_the_calls_interval():
-    assert bound_slack({}, "cuda") == {"share": 0.1, **AUTO_BOUND["cuda"], "cycle": False}
+    assert bound_slack({}, "cuda") == {"share": 0.1, **AUTO_BOUND["cuda"], "cycle": True}
     assert bound_slack({}, "cpu")["block_overhead_share"] == AUTO_BOUND["cpu"]["block_overhead_share"]
     both = bound_slack({"timing_bound_ms": 0.1, "timing_bound_overhead_share": 0.3, "timing_bound_share": 0.2}, "cuda")
     assert both == {"ms": 0.1, "share": 0.2, "calls_overhead_share": 0.3, "block_overhead_share": 0.3, "gap_overhead_share": 0.3,
                     "noise_share": AUTO_BOUND["cuda"]["noise_share"], "noise_ms": AUTO_BOUND["cuda"]["noise_ms"],
-                    "block_quantile": 0.5, "spread_z": AUTO_BOUND["cuda"]["spread_z"], "cycle": False}
+                    "block_quantile": 0.5, "spread_z": AUTO_BOUND["cuda"]["spread_z"], "cycle": True}
     assert bound_slack({"timing_bound_spread_z": 0}, "cpu")["spread_z"] == 0.0
 
 
@@ -323,9 +323,9 @@ def test_the_lanes_work_is_taken_out_up_to_its_acknowledgement():
         assert clock.blocks[-1]["taken_ms"] == pytest.approx(taken)
 
 
-def test_the_cycle_check_is_on_by_the_config_and_off_on_cuda_for_now():
-    assert cycle_clock({}, "cpu") and not cycle_clock({}, "cuda") and cycle_clock({"timing_cycle": "on"}, "cuda")
-    assert not cycle_clock({"timing_cycle": "off"}, "cpu") and load_config(None).checks.timing_cycle == "auto"
+def test_the_cycle_check_is_on_by_default_and_off_by_the_config():
+    assert cycle_clock({}, "cpu") and cycle_clock({}, "cuda") and cycle_clock({"timing_cycle": "on"}, "cuda")
+    assert not cycle_clock({"timing_cycle": "off"}, "cpu") and not cycle_clock({"timing_cycle": "off"}, "cuda") and load_config(None).checks.timing_cycle == "auto"
     with pytest.raises(BadInput, match="checks.timing_cycle must be auto, on or off"):
         with_overrides(load_config(None), {"checks.timing_cycle": "sometimes"})
     ref, mine = blocks(1.8, 0.005, 0.35), blocks(0.04, 0.005, 0.35)

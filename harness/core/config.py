@@ -87,7 +87,7 @@ class ChecksConfig:
     timing_bound_noise_ms: float | str = "auto"        # ... + this / sqrt(calls timed)
     timing_bound_spread_z: float | str = "auto"        # ... + this many standard errors of the rounds' own noise
     # on: the lane's clock also judges each cycle from a timed call to the next (harness/verdict/vouch.py
-    # cycle_clock) | off | auto: on the CPU; on CUDA once the GPU smoke has run with it
+    # cycle_clock) | off | auto = on
     timing_cycle: str = "auto"
     below_floor: str = "fail"           # flag | fail: faster than its output can be written (harness/verdict/checks.py)
     placement: str = "fail"             # flag | fail: a timed worker's thread found off the timing CPU (harness/run/placement.py)
@@ -128,7 +128,7 @@ class TimingConfig:
     pin_cpu: str = "auto"
     # a solution already wrong when its timed calls begin (the full profile times its calls, so that a
     # crash or hang there is its status): skip = without the reference's rounds, which only a speedup
-    # would use; time = with them; auto = skip on the CPU, time on CUDA until the GPU smoke runs with it
+    # would use; time = with them; auto = skip
     wrong_rounds: str = "auto"
     # while a pair is timed on a lane that pins it (pin_cpu): run = the spares still starting (importing
     # torch: host work, no CUDA context before their pair) go on, on the lane's CPUs but the timing

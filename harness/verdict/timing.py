@@ -332,9 +332,8 @@ def for_device(t: dict, device: str) -> dict:
 
 def wrong_rounds_skipped(t: dict, device: str) -> bool:
     """Whether a solution already wrong when its timed calls begin is timed without the reference's
-    rounds (timing.wrong_rounds; auto: on the CPU, not yet on CUDA)."""
-    setting = t.get("wrong_rounds", "auto")
-    return setting == "skip" or (setting == "auto" and device != "cuda")
+    rounds (timing.wrong_rounds; auto = skip, on the CPU and CUDA alike)."""
+    return t.get("wrong_rounds", "auto") in ("skip", "auto")
 
 
 def rule_of(t: dict) -> StoppingRule:

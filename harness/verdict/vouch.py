@@ -61,9 +61,8 @@ def cycle_clock(checks: dict[str, Any], device: str) -> bool:
     """checks.timing_cycle: whether the lane judges each cycle from a timed call to the next (and
     holds a block's outputs to their calls, reads its own work in a block up to its acknowledgement,
     and has the reference worker time two calls a block at least, planned by its own last block);
-    auto: on the CPU, where CI failed without it; on CUDA once the GPU smoke has run with it."""
-    setting = checks.get("timing_cycle", "auto")
-    return setting == "on" or (setting == "auto" and device != "cuda")
+    auto = on (the CPU since 2026-12-06, where CI failed without it; CUDA since the GPU smoke ran with it)."""
+    return checks.get("timing_cycle", "auto") in ("on", "auto")
 
 
 def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
