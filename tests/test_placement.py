@@ -189,8 +189,8 @@ def test_an_a_a_pair_on_the_cpu_with_pinning_is_timed_on_one_cpu(tmp_path):
     from harness.compile.build import cache_dir_of
     from harness.core.solutions import reference_solution
     from run_eval import reference_dir
-    # with the spares still starting left to go on off the timing CPU while it times (the other runs
-    # here stop them: timing.priming_spares auto)
+    # with the spares still starting left to go on off the timing CPU while it times (auto since
+    # the A/A on an H100; the other runs here pin nothing, so their spares stop)
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
                          {"results_dir": str(tmp_path), "timing.pin_cpu": "on", "timing.priming_spares": "run"})
     problem = problem_from_path(ADD_PROBLEM)
@@ -226,6 +226,18 @@ def test_workers_start_without_address_space_randomization(tmp_path):
 
 def _state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_priming_spares_auto_runs_them_off_the_timing_cpu_where_the_lane_pins():
+    """Lane.priming_cpus: where the spares still starting go while a pair is timed: auto and run, the
+    lane's CPUs but the timing one; stop, or a lane that pins nothing, none (every spare stopped)."""
+    from types import SimpleNamespace
+    from harness.run.lane import Lane
+    lane = SimpleNamespace(cpus=frozenset({0, 1, 2, 3}))
+    pinned, unpinned = SimpleNamespace(cpus=frozenset({3})), SimpleNamespace(cpus=None)
+    where = lambda setting, rounds: Lane.priming_cpus(lane, {"timing": {"priming_spares": setting}}, rounds)  # noqa: E731
+    assert where("auto", pinned) == where("run", pinned) == frozenset({0, 1, 2})
+    assert where("stop", pinned) is None and where("auto", unpinned) is None and where("auto", None) is None
 
 
 @pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2, reason="Linux, two CPUs")

@@ -132,8 +132,8 @@ class TimingConfig:
     wrong_rounds: str = "auto"
     # while a pair is timed on a lane that pins it (pin_cpu): run = the spares still starting (importing
     # torch: host work, no CUDA context before their pair) go on, on the lane's CPUs but the timing
-    # CPUs, as the builds do; stop = every spare stopped; auto = stop until an A/A on the GPU has
-    # measured run (harness/run/pool.py)
+    # CPUs, as the builds do; stop = every spare stopped; auto = run (the A/A on an H100,
+    # docs/harness-perf.md; harness/run/pool.py)
     priming_spares: str = "auto"
     # the offset between two worker processes that the rounds cannot see, as a share of the
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91

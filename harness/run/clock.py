@@ -52,7 +52,7 @@ class BlockClock:
         if self._open is not None and what == "timed":
             block = self._open
             if block["outputs"] < block["calls"]:   # the previous timed call's output not handed over yet
-                block["owed"] = max(block["owed"], block["calls"] - block["outputs"])
+                block["owed"] += 1
             block["calls"] += 1
 
     def output(self) -> None:

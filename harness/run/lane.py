@@ -134,7 +134,7 @@ class Lane:
         its pair fails whatever they measure, and its timed calls still run, so a crash or hang in
         them is its status as before."""
         w = Watch()
-        clock = BlockClock(cycle_clock(request.get("checks") or {}, self.device))
+        clock = BlockClock(cycle_clock(request.get("checks") or {}))
         spare.channel.send({"op": "run", "request": request})
         phase, phase_start, other_used = "start", time.monotonic(), 0.0
         call: tuple[float, float, dict] | None = None   # (started, limit, the call event)
@@ -255,8 +255,8 @@ class Lane:
     def priming_cpus(self, request: dict[str, Any], rounds) -> frozenset[int] | None:
         """Where the spares still starting go on while a pair is timed (timing.priming_spares run):
         the lane's CPUs but its timing CPU and any another lane holds; None (every spare stopped)
-        where it is stop or auto, or the lane pins nothing."""
-        if (request.get("timing") or {}).get("priming_spares", "auto") != "run" or rounds is None or rounds.cpus is None:
+        where it is stop, or the lane pins nothing (auto = run)."""
+        if (request.get("timing") or {}).get("priming_spares", "auto") == "stop" or rounds is None or rounds.cpus is None:
             return None
         return frozenset(c for c in self.cpus if c not in rounds.cpus and not placement.claimed(c)) or None
 
@@ -264,20 +264,18 @@ class Lane:
         """Take a worker's output (or state) while it waits, then let it go on: returns the lane's
         time.monotonic() just before the "ack" that does (the lane's clock takes out its work up to
         there, not the worker's time after it: on a busy host the lane may run late after its send)."""
-        if message["event"] == "output" and judgement.passes(message):
-            done = time.monotonic()
-            spare.channel.send({"op": "ack"})  # a timed call the secret sample does not keep
-            return done
-        with stopped(spare.pid):
-            if message["event"] == "output":
-                taken = judgement.take_output(message, payload, self.device)
-            else:
-                judgement.take_state(message, payload, self.device)
-                taken = None
-        if taken is not None and not judgement.deferred(taken):
-            judgement.judge_taken(taken)
-        del taken
-        self.judge.release()
+        # a timed call the secret sample does not keep goes on at once
+        if not (message["event"] == "output" and judgement.passes(message)):
+            with stopped(spare.pid):
+                if message["event"] == "output":
+                    taken = judgement.take_output(message, payload, self.device)
+                else:
+                    judgement.take_state(message, payload, self.device)
+                    taken = None
+            if taken is not None and not judgement.deferred(taken):
+                judgement.judge_taken(taken)
+            del taken
+            self.judge.release()
         done = time.monotonic()
         spare.channel.send({"op": "ack"})
         return done

@@ -77,7 +77,7 @@ class PairEvaluation:
         self.tolerances = class_tolerances(cfg["correctness"], self.run)  # strictest first
         self.every = every_timed_call(cfg["checks"], job["device"])
         self.screening = cfg["timing"].get("profile") == "screening"   # docs/usage.md: a wrong solution is not timed
-        self.skip_wrong = wrong_rounds_skipped(cfg["timing"], job["device"])
+        self.skip_wrong = wrong_rounds_skipped(cfg["timing"])
 
     def result(self, status: Status, message: str, detail: str = "", phase: str = "", **fields: Any) -> EvalResult:
         fields.setdefault("flags", problem_flags(self.checks))
@@ -259,11 +259,15 @@ def does_not_fit(what: str, exc: BaseException) -> str:
 def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -> tuple:
     """A CUDA error is reported asynchronously, so the line that raised it is rarely the launch
     that caused it. Re-run construction and one trial per shape in a fresh worker with
-    CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call."""
+    CUDA_LAUNCH_BLOCKING=1 and a sync after every extension call, and name the call. The worker is
+    a spare of the pool (torch imported, no CUDA context yet: CUDA reads the variable as it starts),
+    which sets the variable from its request before anything of CUDA's runs."""
     status, message, detail, phase = failed
-    spare = lane.pool.fresh({"CUDA_LAUNCH_BLOCKING": "1"})
+    spare = lane.pool.take()
+    request = _request(job, "diagnose", spare)
+    request["env"] = {**request["env"], "CUDA_LAUNCH_BLOCKING": "1"}
     started = time.monotonic()
-    outcome: Outcome = lane.finish(spare, lane.watch(spare, _request(job, "diagnose", spare), limits), started)
+    outcome: Outcome = lane.finish(spare, lane.watch(spare, request, limits), started)
     found = outcome.last("diagnosis")
     if found is None:
         if outcome.timed_out:
@@ -285,4 +289,6 @@ def diagnose(lane, job: dict[str, Any], failed: tuple, limits: dict[str, Any]) -
                 note += "; " + "; ".join(call["notes"])
         else:
             note = f"rerun with CUDA_LAUNCH_BLOCKING=1: {found.get('error')} at {found.get('where')} (no extension call was made)"
+        if found.get("launch_blocking") is False:
+            note += " (its launches did not block: each extension call was followed by a sync instead)"
     return status, f"{message}; {note}", f"{detail}\n\n[diagnosis]\n{outcome.log_tail}", phase

@@ -67,7 +67,7 @@ class WorkerPool:
         self.home = placement.allowed()            # ... and the CPUs it goes back to
         self.fill()
 
-    def spawn(self, extra_env: Mapping[str, str] | None = None) -> Spare:
+    def spawn(self) -> Spare:
         self.count += 1
         channel, theirs = Channel.pair()
         marks, their_marks = Marks.pair()
@@ -79,7 +79,7 @@ class WorkerPool:
                                     hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
         argv, env, cwd, extra = child_command("harness.run.worker",
                                               ["--serve", str(theirs.fileno()), str(their_marks.fileno())], policy,
-                                              {**self.env, **(extra_env or {})})
+                                              self.env)
         with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
             proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                          start_new_session=True, pass_fds=(theirs.fileno(), their_marks.fileno()), **extra)
@@ -148,11 +148,6 @@ class WorkerPool:
         if spare.away:
             placement.pin(spare.pid, self.home)
             spare.away = False
-
-    def fresh(self, extra_env: Mapping[str, str]) -> Spare:
-        """A worker outside the pool, with `extra_env` set before it starts (e.g.
-        CUDA_LAUNCH_BLOCKING=1, which CUDA reads when it is initialized)."""
-        return self.spawn(extra_env)
 
     def close(self) -> None:
         for spare in self.spares:

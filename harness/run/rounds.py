@@ -179,7 +179,7 @@ class ReferenceRounds:
                  tolerances: dict[str, Any]):
         self.lane, self.problem, self.job, self.entry, self.role_of = lane, problem, job, entry, role_of
         self.t, self.run = job["config"]["timing"], job["config"]["precision"]
-        self.cycle = cycle_clock(job["config"]["checks"], lane.device)   # checks.timing_cycle
+        self.cycle = cycle_clock(job["config"]["checks"])   # checks.timing_cycle
         self.role: str | None = None
         self.disturbed = 0.0         # the longest wait for the GPU to be idle that ran out, in ms
         self.timer_name = "cuda_event" if lane.device == "cuda" else "host"

@@ -80,6 +80,15 @@ class ChannelSink:
             raise ChannelClosed(f"the lane did not acknowledge the {event}")
 
 
+def launches_block(cycles: int = 50_000_000) -> bool:
+    """Whether this process's kernel launches wait for the kernel (CUDA_LAUNCH_BLOCKING=1 read as
+    CUDA started): a spin of some tens of milliseconds returns at once from an asynchronous launch."""
+    started = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    returned = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return returned > 0.005
+
 class Worker(SolutionImports, TimedCalls):
     """One worker process: its request, its events, the phase and the calls it announces; importing
     the solution (importing.SolutionImports) and timing it (timed.TimedCalls) are its two other parts."""
@@ -118,10 +127,12 @@ class Worker(SolutionImports, TimedCalls):
 
     def run_diagnose(self) -> None:
         """Re-run construction and one correctness trial per shape (with CUDA_LAUNCH_BLOCKING=1
-        set by the caller) to attribute a CUDA error to the extension call that caused it."""
+        in the request's env, set before CUDA starts) to attribute a CUDA error to the extension call
+        that caused it. Whether the launches did block is reported with the diagnosis."""
         seeds = self.req["seeds"]
         problem = load_module(Path(self.req["problem_path"]))
         self.last_call = None
+        blocking = launches_block() if self.device == "cuda" else None
         model_new = self.load_solution(problem)
         try:
             for shape_index, shape in enumerate(seeds["shapes"]):
@@ -136,9 +147,10 @@ class Worker(SolutionImports, TimedCalls):
                     self.sync()
         except Exception as exc:
             self.events.emit("diagnosis", reproduced=True, error=f"{type(exc).__name__}: {exc}".splitlines()[0],
-                             where=exception_location(exc, self.solution_path), call=self.last_call)
+                             where=exception_location(exc, self.solution_path), call=self.last_call,
+                             launch_blocking=blocking)
             raise
-        self.events.emit("diagnosis", reproduced=False, call=self.last_call)
+        self.events.emit("diagnosis", reproduced=False, call=self.last_call, launch_blocking=blocking)
 
     # -- calls, timing, handoffs --------------------------------------------------------------
     def sync(self) -> None:

@@ -330,7 +330,7 @@ def for_device(t: dict, device: str) -> dict:
     return out
 
 
-def wrong_rounds_skipped(t: dict, device: str) -> bool:
+def wrong_rounds_skipped(t: dict) -> bool:
     """Whether a solution already wrong when its timed calls begin is timed without the reference's
     rounds (timing.wrong_rounds; auto = skip, on the CPU and CUDA alike)."""
     return t.get("wrong_rounds", "auto") in ("skip", "auto")

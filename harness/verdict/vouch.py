@@ -57,7 +57,7 @@ AUTO_BOUND = {"cuda": {"ms": 0.005, "noise_ms": 0.02, "calls_overhead_share": 0.
                       "gap_overhead_share": 0.5, "noise_share": 3.0, "block_quantile": 0.25, "spread_z": 3.0}}
 
 
-def cycle_clock(checks: dict[str, Any], device: str) -> bool:
+def cycle_clock(checks: dict[str, Any]) -> bool:
     """checks.timing_cycle: whether the lane judges each cycle from a timed call to the next (and
     holds a block's outputs to their calls, reads its own work in a block up to its acknowledgement,
     and has the reference worker time two calls a block at least, planned by its own last block);
@@ -76,7 +76,7 @@ def bound_slack(checks: dict[str, Any], device: str) -> dict[str, float]:
             "gap_overhead_share": pick("timing_bound_overhead_share", "gap_overhead_share"),
             "noise_share": pick("timing_bound_noise_share", "noise_share"),
             "noise_ms": pick("timing_bound_noise_ms", "noise_ms"), "block_quantile": auto["block_quantile"],
-            "spread_z": pick("timing_bound_spread_z", "spread_z"), "cycle": cycle_clock(checks, device)}
+            "spread_z": pick("timing_bound_spread_z", "spread_z"), "cycle": cycle_clock(checks)}
 
 
 def overheads(reported: list[list[float]], lane: list[dict[str, Any]], key: str = "ms") -> list[float]:
