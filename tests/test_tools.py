@@ -472,3 +472,45 @@ def test_cu_header_check_takes_the_recipes_own_nvcc_command(tmp_path):
     assert check.nvcc_command(tmp_path, tmp_path / "stubs") == [
         "/usr/local/cuda/bin/nvcc", "-DX=1", f"-I{tmp_path / 'stubs'}", "-isystem", "/t/include", "-O3",
         "--compiler-options", "-fPIC", "-std=c++17"]
+
+
+def test_cpu_by_process_counts_each_kind_and_a_process_start_before_its_first_pause(tmp_path, capsys):
+    """tools/cpu_by_process.py over real processes named as the harness's: a compile step, a worker under a
+    lane that burns CPU, pauses, then burns again, and a worker outside a lane (a build step)."""
+    import sys
+    from tools.cpu_by_process import attribute, first_pause, main
+    burn = "import sys, time\ndef burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
+    worker = burn + "burn(0.4); time.sleep(1.6); burn(0.4)"
+    lane = ("import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1], 'harness.run.worker'])")
+    top = ("import subprocess, sys\n"
+           f"procs = [subprocess.Popen([sys.executable, '-c', {burn + 'burn(0.6)'!r}, 'harness.compile.compiler']),\n"
+           f"         subprocess.Popen([sys.executable, '-c', {lane!r}, {worker!r}, 'harness.run.lane']),\n"
+           f"         subprocess.Popen([sys.executable, '-c', {burn + 'burn(0.3)'!r}, 'harness.run.worker'])]\n"
+           "[p.wait() for p in procs]")
+    out = tmp_path / "cpu.json"
+    assert main(["record", str(out), "--interval", "0.1", "--", sys.executable, "-c", top]) == 0
+    data = json.loads(out.read_text())
+    kinds = attribute(data["processes"], data["root"])
+    assert 0.5 < kinds["compile_step"]["cpu_s"] < 1.2 and len(kinds["compile_step"]["processes"]) == 1
+    assert 0.7 < kinds["worker"]["cpu_s"] < 1.5 and len(kinds["lane"]["processes"]) == 1
+    assert 0.25 < kinds["build_step"]["cpu_s"] < 0.8
+    (w,) = kinds["worker"]["processes"]
+    assert 0.3 < first_pause(w["series"], 1.0, w["own"]) < 0.65 < w["own"]
+    main(["report", str(out)])
+    printed = capsys.readouterr().out
+    assert re.search(r"^worker\s+[\d.]+\s+\d+%\s+1 ", printed, re.M) and "the rest" in printed
+
+
+def test_cpu_by_process_passes_a_sigterm_on_and_still_writes_what_it_recorded(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "cpu.json"
+    rec = subprocess.Popen([sys.executable, str(REPO_ROOT / "tools" / "cpu_by_process.py"), "record", str(out), "--",
+                            sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(1.5)
+    rec.send_signal(signal.SIGTERM)
+    assert rec.wait(timeout=30) == -signal.SIGTERM
+    data = json.loads(out.read_text())
+    assert data["returncode"] == -signal.SIGTERM and data["span_s"] < 30 and data["processes"]
