@@ -89,6 +89,7 @@ def launches_block(cycles: int = 50_000_000) -> bool:
     torch.cuda.synchronize()
     return returned > 0.005
 
+
 class Worker(SolutionImports, TimedCalls):
     """One worker process: its request, its events, the phase and the calls it announces; importing
     the solution (importing.SolutionImports) and timing it (timed.TimedCalls) are its two other parts."""
