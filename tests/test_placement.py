@@ -228,6 +228,18 @@ def _state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
+def _threads_seen(spare) -> str:
+    """What a failed check of a spare's CPUs saw: its state, each thread's CPUs and name (one run in CI
+    found the main thread still on the away CPUs after the thaw had pinned it home; not reproduced)."""
+    seen = []
+    for tid in os.listdir(f"/proc/{spare.pid}/task"):
+        try:
+            seen.append(f"{tid} {sorted(os.sched_getaffinity(int(tid)))} {open(f'/proc/{spare.pid}/task/{tid}/comm').read().strip()}")
+        except OSError as exc:
+            seen.append(f"{tid} {exc}")
+    return f"state {_state(spare.pid)}, returncode {spare.proc.poll()}, threads: {'; '.join(seen)}"
+
+
 def test_priming_spares_auto_runs_them_off_the_timing_cpu_where_the_lane_pins():
     """Lane.priming_cpus: where the spares still starting go while a pair is timed: auto and run, the
     lane's CPUs but the timing one; stop, or a lane that pins nothing, none (every spare stopped)."""
@@ -262,7 +274,7 @@ def test_frozen_spares_stop_or_go_on_off_the_timing_cpu(tmp_path):
         assert not ready.away and _state(ready.pid) == "T"
         pool.thaw()
         time.sleep(0.2)
-        assert not starting.away and os.sched_getaffinity(starting.pid) == pool.home
+        assert not starting.away and os.sched_getaffinity(starting.pid) == pool.home, _threads_seen(starting)
         assert _state(starting.pid) != "T" and _state(ready.pid) != "T"
         pool.freeze()
         time.sleep(0.2)
