@@ -7,10 +7,10 @@ harness is not changed or asked: the kernel's accounting of every process).
 `record` runs COMMAND and, every interval until it ends, reads /proc/*/stat: each process (pid and
 start time) with its own CPU (utime + stime), its reaped children's (cutime + cstime) and its command
 line; a harness process's own CPU is kept over time. Only the command's own process tree is counted.
-A SIGTERM or SIGINT is passed on to COMMAND, and what was recorded is written when it ends. Its exit status is COMMAND's. `report` prints,
-for each kind, the CPU-s, how many processes and their share of the machine's busy CPU-s over the
-same span (/proc/stat), then each kind's CPU until its first pause (a process's start: its imports,
-until it waits for work) against what it spent after.
+A SIGTERM or SIGINT is passed on to COMMAND, and what was recorded is written when it ends. Its exit
+status is COMMAND's. `report` prints, for each kind, the CPU-s, how many processes and their share
+of the machine's busy CPU-s over the same span (/proc/stat), then each kind's CPU until its first
+pause (a process's start: its imports, until it waits for work) against what it spent after.
 
 A process's cost is its own CPU plus the larger of its reaped children's and the sum of its seen
 children's costs (a child shorter than the interval shows only in its parent's cutime). The kinds, by
@@ -83,7 +83,7 @@ def record(out: str, command: list[str], interval: float) -> int:
     m1 = machine()
     me = os.getpid()
     data = {"command": command, "root": child.pid, "span_s": round(time.monotonic() - t0, 1), "returncode": child.returncode,
-            "stat": {k: (b - a) / 100 for k, a, b in zip(FIELDS, m0, m1)},
+            "stat": {k: (b - a) / HZ for k, a, b in zip(FIELDS, m0, m1)},
             "processes": [p for p in procs.values() if p["pid"] != me]}
     with open(out, "w") as f:
         json.dump(data, f)
