@@ -55,3 +55,17 @@ def build_cache(traversable_tmp, tmp_path_factory):
         os.environ.pop("KB_BUILD_CACHE", None)
     else:
         os.environ["KB_BUILD_CACHE"] = old
+
+
+def strays(token: str) -> list[int]:
+    """Processes whose environment carries this test's token (every process of its run does; a forked step
+    shows its fork server's, which has it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if token.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found

@@ -79,3 +79,13 @@ def test_bytes_already_waiting_are_read_even_with_no_time_left():
     a, b = pair()
     a.send({"op": "ack"}, b"x" * 10_000)
     assert b.recv(timeout=5, frame_s=0) == ({"op": "ack"}, bytearray(b"x" * 10_000))
+
+
+def test_a_channel_closed_on_this_side_raises_channel_closed_not_a_select_error():
+    """A stop closes a lane's channel while a runner thread may be waiting on it (select on fd -1
+    raised ValueError in that thread): the wait ends as ChannelClosed, which the runner handles."""
+    mine, theirs = Channel.pair()
+    mine.close()
+    with pytest.raises(ChannelClosed, match="the channel was closed"):
+        mine.recv(timeout=0.1)
+    theirs.close()

@@ -20,6 +20,7 @@ from harness import REPO_ROOT
 from harness.isolate import sandbox
 from harness.core.config import load_config, with_overrides
 from harness.core.errors import BadInput
+from conftest import strays
 
 HOST = sandbox.probe()
 PLAN = sandbox.prepare(load_config(None))
@@ -64,20 +65,7 @@ def digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def strays(token: str) -> list[int]:
-    """Processes whose environment carries this test's token (every process of its run does)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if token.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
-def attack(where: Path, device: str, processes: int) -> dict:
+def attack(where: Path, device: str, processes: int, start: str = "auto") -> dict:
     """The red team through the real pipeline (the run's own driver) in a throwaway copy."""
     repo = copy_repository(where)
     results_dir = where / "results"
@@ -103,7 +91,8 @@ def attack(where: Path, device: str, processes: int) -> dict:
     token = f"kb-sandbox-test-{uuid.uuid4().hex}"
     env = {**os.environ, "PYTHONPATH": str(repo), "KB_TEST_RESULTS": str(results_dir), "KB_TEST_BIG_MB": "32",
            "KB_TEST_PORT": str(listener.getsockname()[1]), "KB_TEST_TOKEN": token}
-    overrides = json.dumps({"limits.processes": processes, "limits.file_size_mb": 16, "device": device})
+    overrides = json.dumps({"limits.processes": processes, "limits.file_size_mb": 16, "device": device,
+                            "build.start": start})
     paths = [str(repo / "tests" / "fixtures" / "solutions" / f"{name}.py") for name in ATTACKS]
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(repo / "tests/fixtures/configs/fast.yaml"), str(results_dir),
                            overrides, *paths], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
@@ -119,9 +108,10 @@ def attack(where: Path, device: str, processes: int) -> dict:
             "before": before, "after": digest(repo), "strays": strays(token), "processes": processes}
 
 
-@pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
-    return attack(tmp_path_factory.mktemp("sandbox"), "cpu", 64)
+@pytest.fixture(scope="module", params=["fork", "exec"])
+def attacked(tmp_path_factory, request):
+    """The red team with its build steps forked by the fork server and exec'd (build.start)."""
+    return attack(tmp_path_factory.mktemp("sandbox"), "cpu", 64, request.param)
 
 
 @needs_full

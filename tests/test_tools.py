@@ -501,6 +501,26 @@ def test_cpu_by_process_counts_each_kind_and_a_process_start_before_its_first_pa
     assert re.search(r"^worker\s+[\d.]+\s+\d+%\s+1 ", printed, re.M) and "the rest" in printed
 
 
+def test_cpu_by_process_counts_a_forked_step_by_the_name_it_gives_itself(tmp_path):
+    """A step the fork server forks has the server's command line and names itself kb:compiler: the
+    tool counts it as a compile step, the server's own CPU as the fork server's."""
+    import sys
+    from tools.cpu_by_process import attribute, main
+    server = ("import ctypes, os, time\n"
+              "def burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
+              "burn(0.2)\npid = os.fork()\n"
+              "if pid == 0:\n"
+              "    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b'kb:compiler'), 0, 0, 0)\n"
+              "    burn(0.6)\n    os._exit(0)\n"
+              "os.waitpid(pid, 0)\n")
+    out = tmp_path / "cpu.json"
+    assert main(["record", str(out), "--interval", "0.1", "--", sys.executable, "-c",
+                 f"import subprocess, sys; subprocess.run([sys.executable, '-c', {server!r}, 'harness.isolate.forkserver'])"]) == 0
+    kinds = attribute(json.loads(out.read_text())["processes"], json.loads(out.read_text())["root"])
+    assert 0.4 < kinds["compile_step"]["cpu_s"] < 1.0 and len(kinds["compile_step"]["processes"]) == 1
+    assert 0.1 < kinds["fork_server"]["cpu_s"] < 0.5
+
+
 def test_cpu_by_process_passes_a_sigterm_on_and_still_writes_what_it_recorded(tmp_path):
     import signal
     import subprocess

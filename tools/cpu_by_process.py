@@ -17,7 +17,9 @@ children's costs (a child shorter than the interval shows only in its parent's c
 command line: `compile_step` (harness.compile.compiler, with its ninja, nvcc and compilers), `pch`
 (harness.compile.pch), `lane` (harness.run.lane, its own CPU), `worker` (harness.run.worker under a
 lane: the pairs' workers, the spares, the reference workers), `build_step` (harness.run.worker
-elsewhere), `main` (run_eval.py, its own CPU); a process of no kind under one of those is counted
+elsewhere), `main` (run_eval.py, its own CPU), `fork_server` (harness.isolate.forkserver, its own
+CPU: the steps it forks are known by the name each gives itself, kb:compiler or kb:worker, and
+counted as theirs); a process of no kind under one of those is counted
 as `<kind>_children`, and the machine's busy CPU-s that the tree does not hold (the system, other
 work) are the rest.
 """
@@ -42,6 +44,23 @@ def machine() -> list[int]:
         return [int(v) for v in f.readline().split()[1:9]]
 
 
+# a step forked by the fork server (harness/isolate/forkserver.py) has the server's command line and
+# names itself kb:<module> (its comm): the module it runs, for kind_of
+FORK_SERVER = "harness.isolate.forkserver"
+FORKED = {"kb:compiler": "harness.compile.compiler", "kb:worker": "harness.run.worker"}
+
+
+def _forked(p: dict, pid: str) -> None:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+    except OSError:
+        return
+    if comm in FORKED:
+        p["forked"] = comm
+        p["argv"] = [a for a in p["argv"] if a != FORK_SERVER] + [FORKED[comm]]
+
+
 def scan(procs: dict, t0: float) -> None:
     """Every process's CPU now, into procs ((pid, start) -> its record)."""
     now = round(time.monotonic() - t0, 2)
@@ -64,6 +83,8 @@ def scan(procs: dict, t0: float) -> None:
                 argv = []
             p = procs[key] = {"pid": int(name), "start": int(rest[19]), "ppid": int(rest[1]), "argv": argv,
                               "own": 0.0, "kids": 0.0, "series": []}
+        if FORK_SERVER in p["argv"] and not p.get("forked"):
+            _forked(p, name)
         own = (int(rest[11]) + int(rest[12])) / HZ
         if kind_of(p["argv"], []) and (not p["series"] or own != p["series"][-1][1]):
             p["series"].append((now, own))
@@ -98,6 +119,8 @@ def kind_of(argv: list[str], above: list[str]) -> str | None:
         return "pch"
     if "harness.run.lane" in argv:
         return "lane"
+    if FORK_SERVER in argv:
+        return "fork_server"
     if "harness.run.worker" in argv:
         return "worker" if "lane" in above else "build_step"
     if any(a.endswith("run_eval.py") for a in argv[:3]):
@@ -124,7 +147,7 @@ def attribute(processes: list[dict], root: int) -> dict[str, dict]:
 
     def walk(p: dict, above: list[str]) -> None:
         kind = kind_of(p["argv"], above)
-        if kind in ("lane", "main"):
+        if kind in ("lane", "main", "fork_server"):
             kinds[kind]["cpu_s"] += p["own"]
             kinds[kind]["processes"].append(p)
             for c in children[id(p)]:

@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 
 from .build import cuda_home, find_nvcc  # noqa: F401 - find_nvcc: where callers of compile-only look for it
-from ..core.config import cu_header_level
+from ..core.config import cu_header_level, step_start
 
 STUBS = {
     "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n",
@@ -128,7 +128,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     from ..isolate import sandbox
     from .build import cache_dir_of
     from .failures import failure
-    from ..isolate.isolation import run_module
+    from ..isolate.isolation import close_fork_server, run_module
     from ..core.problems import _display, discover
     from .recipes import Compiler
     from ..core.solutions import problem_for
@@ -146,7 +146,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     # package's metadata may leave out the local label (the GPU host's torch: "2.11.0" against
     # "2.11.0+cu130"), and a name of another version made every recipe "ended without its library"
     compiler = Compiler(cache_dir, torch.__version__, arch, plan, hidden, env, cfg.timeouts.build_s,
-                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header))
+                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header), step_start(cfg.build.start))
     known = discover()
 
     def build_step(path: Path) -> dict:
@@ -161,7 +161,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
             plan, "cpu", scratch=work / "scratch", hidden=hidden,
             readable=[Path(path).resolve(), *([owner.path] if owner else [])])
         outcome = run_module("harness.run.worker", request, work, limit_s=cfg.timeouts.run_s,
-                             phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy)
+                             phase_limits={"build": cfg.timeouts.build_s}, env=env, policy=policy,
+                             start=compiler.start)
         failed = failure(outcome, "(timeouts.build_s)" if outcome.phase == "build" else "(timeouts.run_s)")
         recipes = [{**e["recipe"], "compile_only": True} for e in outcome.all("recipe")]
         return {"path": path, "work": work, "failed": failed,  # recipes: (its cache folder, the recipe)
@@ -225,6 +226,7 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
                        f"lean one (build.cu_header)" if small else ""))
             return items
     finally:
+        close_fork_server()
         shutil.rmtree(work_root, ignore_errors=True)
 
 

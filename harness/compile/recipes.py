@@ -115,6 +115,7 @@ class Compiler:
     limit_s: float                       # timeouts.build_s
     pch: bool = False                    # main.cpp may read a precompiled torch/extension.h (harness/compile/pch.py)
     cu_header: str = "off"               # the headers cuda.cu is compiled with in turn (compiler.py HEADER_RUNGS)
+    start: str = "exec"                  # how the step starts (isolation.run_module: exec | fork; build.start)
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""
@@ -139,7 +140,7 @@ class Compiler:
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
                              phase_limits={"build": self.limit_s},
                              env={**self.env, "CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": self.arch},
-                             policy=policy)
+                             policy=policy, start=self.start)
         ran_in = {k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")}
         end = outcome.last("build_end") or {}
         ext = {"name": name, "key": end.get("key"), "dir": None, "cached": False, "ok": False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -191,6 +192,15 @@ def class_tolerances(correctness: dict, run: str) -> dict:
     return {name: {**correctness[name], **({} if keep else {"atol_rms": None})} for name in classes(run)}
 
 
+def step_start(setting: str) -> str:
+    """build.start's setting as a start method of harness/isolate/isolation.py run_module: auto is
+    fork on Linux (a fresh interpreter's import of torch, 4-5 CPU-s on a GPU host, paid once per
+    run instead of once per step: docs/harness-perf.md "The fork lever"), exec elsewhere."""
+    if setting == "auto":
+        return "fork" if sys.platform == "linux" else "exec"
+    return setting
+
+
 def cu_header_level(setting: str) -> str:
     """build.cu_header's setting as a level of harness/compile/compiler.py's HEADER_RUNGS: auto is
     lean (for compile-only and runs alike), on is small."""
@@ -209,6 +219,9 @@ class BuildConfig:
                                # and runs)
     yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
                                   # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
+    start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
+                               # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
+                               # on Linux)
 
 
 @dataclass(frozen=True)
@@ -406,6 +419,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"build.cu_header must be one of auto, on, lean, off, got {cfg.build.cu_header!r}")
     if cfg.build.yield_to_lanes not in ("auto", "on", "off"):
         raise BadInput(where, f"build.yield_to_lanes must be one of auto, on, off, got {cfg.build.yield_to_lanes!r}")
+    if cfg.build.start not in ("auto", "fork", "exec"):
+        raise BadInput(where, f"build.start must be one of auto, fork, exec, got {cfg.build.start!r}")
     if cfg.sandbox not in ("auto", "required", "off"):
         raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
     lim = cfg.limits

@@ -58,7 +58,10 @@ class Channel:
             raise ChannelClosed(str(exc)) from None
 
     def readable(self, timeout: float | None) -> bool:
-        ready, _, _ = select.select([self.sock], [], [], timeout)
+        try:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+        except (ValueError, OSError) as exc:  # closed here (by a stop from another thread): fd -1
+            raise ChannelClosed(f"the channel was closed: {exc}") from None
         return bool(ready)
 
     def recv(self, timeout: float | None = None, max_payload: int = 1 << 40,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import REPO_ROOT
-from . import sandbox
+from . import forkserver, sandbox
 from ..core.events import EventReader
 
 # The processes this process started on purpose (its lanes, workers, build steps, nvidia-smi):
@@ -187,26 +187,67 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _launch(policy: dict[str, Any] | None,
+            extra_env: Mapping[str, str] | None) -> tuple[sandbox.Launch | None, dict[str, str], Path]:
+    """A child's start (None: no sandbox), environment and working directory."""
+    env = child_env(extra_env)
+    if not policy or policy["mode"] == "off":
+        return None, env, REPO_ROOT
+    start = sandbox.launch(policy)
+    env.update(start.env)
+    return start, env, Path(policy["scratch"])
+
+
 def child_command(module: str, args: list[str], policy: dict[str, Any] | None,
               extra_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str], Path, dict[str, Any]]:
     """`python -m module args` as a child: its command, environment, working directory and
     Popen's extras; through the sandbox (harness/isolate/jail.py, started as sandbox.launch says) where
     `policy` asks for it, else from the repository."""
-    env = child_env(extra_env)
-    if not policy or policy["mode"] == "off":
-        return [sys.executable, "-m", module, *args], env, REPO_ROOT, {}
-    start = sandbox.launch(policy)
-    env.update(start.env)
-    return ([*start.prefix, sys.executable, "-m", "harness.isolate.jail", module, *args], env, Path(policy["scratch"]),
-            start.popen)
+    start, env, cwd = _launch(policy, extra_env)
+    if start is None:
+        return [sys.executable, "-m", module, *args], env, cwd, {}
+    return [*start.prefix, sys.executable, "-m", "harness.isolate.jail", module, *args], env, cwd, start.popen
+
+
+# The fork server of this process (harness/isolate/forkserver.py), started by its first forked step
+_FORK: dict[str, Any] = {"server": None}
+
+
+def fork_server() -> forkserver.ForkServer:
+    with _LOCK:
+        if _FORK["server"] is None:
+            log = sandbox.work_folder("kb-forkserver-") / "forkserver.log"
+            _FORK["server"] = forkserver.ForkServer(popen, child_env(), log)
+        return _FORK["server"]
+
+
+def close_fork_server() -> None:
+    """Stop this process's fork server, if it has one (the next forked step starts another)."""
+    with _LOCK:
+        server, _FORK["server"] = _FORK["server"], None
+    if server is not None:
+        server.close()
+
+
+def start_step(module: str, args: list[str], policy: dict[str, Any] | None, extra_env: Mapping[str, str] | None,
+               log, pass_fds: tuple[int, ...], start: str = "exec"):
+    """A step's process, in its own session, its output on `log`: exec'd (a Popen) or, with `start`
+    fork, forked by this process's fork server (a forkserver.ForkedProc)."""
+    if start == "fork":
+        launch, env, cwd = _launch(policy, extra_env)
+        return fork_server().start(module, args, env, cwd, launch, log.fileno(), pass_fds, jail=launch is not None)
+    argv, env, cwd, extra = child_command(module, args, policy, extra_env)
+    return popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                 start_new_session=True, pass_fds=pass_fds, **extra)
 
 
 def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s: float,
                phase_limits: Mapping[str, float] | None = None, env: Mapping[str, str] | None = None,
                on_event: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 0.05,
-               policy: dict[str, Any] | None = None) -> Outcome:
+               policy: dict[str, Any] | None = None, start: str = "exec") -> Outcome:
     """Run `python -m module --request-fd R --events-fd E`, in the sandbox `policy` describes (harness/isolate/sandbox.py;
-    None: none). `limit_s` bounds the time spent in phases without their own entry in
+    None: none), started as `start` says (exec: a fresh interpreter; fork: by this process's fork
+    server, harness/isolate/forkserver.py). `limit_s` bounds the time spent in phases without their own entry in
     `phase_limits` (e.g. {"build": 900}), each of which is bounded separately. What the child
     left running is killed when it ends."""
     work_dir = Path(work_dir)
@@ -222,24 +263,22 @@ def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s:
     reader = EventReader(events_path)
     if _STOPPING.is_set():
         raise Stopped(f"not started: {module} (the run is being stopped)")
-    start = time.monotonic()
+    started = time.monotonic()
     # the request and the events file reach the child as descriptors: in a sandbox neither is
     # within its reach by path (its scratch, its only writable folder, is work_dir/scratch)
     request_fd = os.open(req_path, os.O_RDONLY)
     events_fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         with open(log_path, "wb") as log:
-            argv, child, cwd, extra = child_command(module, ["--request-fd", str(request_fd), "--events-fd",
-                                                        str(events_fd)], policy, env)
-            proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child,
-                         start_new_session=True, pass_fds=(request_fd, events_fd), **extra)
+            proc = start_step(module, ["--request-fd", str(request_fd), "--events-fd", str(events_fd)], policy, env,
+                              log, (request_fd, events_fd), start)
     finally:
         os.close(request_fd)
         os.close(events_fd)
     with _LOCK:
         _STEPS.add(proc)
     try:
-        return _follow(proc, reader, start, phase_limits, limit_s, on_event, poll_s, policy, log_path)
+        return _follow(proc, reader, started, phase_limits, limit_s, on_event, poll_s, policy, log_path)
     finally:
         with _LOCK:
             _STEPS.discard(proc)

@@ -315,16 +315,27 @@ def enter(pol: dict[str, Any] | None) -> dict[str, Any]:
     return {"mode": pol["mode"], "active": active, "notes": notes, "scratch": str(scratch), "limits": pol["limits"]}
 
 
-def main() -> None:
-    policy = json.loads(os.environ.pop("KB_SANDBOX_POLICY", "null") or "null")
-    try:
-        report = enter(policy)
-    except SandboxError as exc:
-        print(f"harness.isolate.jail: {exc}", file=sys.stderr, flush=True)
-        os._exit(70)
-    os.environ["KB_SANDBOX_REPORT"] = json.dumps(report)
-    module, sys.argv = sys.argv[1], sys.argv[1:]
+def run(module: str, args: list[str], in_jail: bool = True) -> int:
+    """Enter the sandbox $KB_SANDBOX_POLICY describes (where `in_jail`), then run `module` as
+    __main__ with `args`; 0, or 70 where the sandbox could not be entered (said on stderr). An
+    exec'd start comes here through main; a forked one (harness/isolate/forkserver.py) directly."""
+    if in_jail:
+        policy = json.loads(os.environ.pop("KB_SANDBOX_POLICY", "null") or "null")
+        try:
+            report = enter(policy)
+        except SandboxError as exc:
+            print(f"harness.isolate.jail: {exc}", file=sys.stderr, flush=True)
+            return 70
+        os.environ["KB_SANDBOX_REPORT"] = json.dumps(report)
+    sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+def main() -> None:
+    code = run(sys.argv[1], sys.argv[2:])
+    if code:
+        os._exit(code)
 
 
 if __name__ == "__main__":

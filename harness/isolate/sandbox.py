@@ -336,6 +336,10 @@ class Launch:
     prefix: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     popen: dict[str, Any] = field(default_factory=dict)
+    # the same start in parts, for a forked child that makes it itself (harness/isolate/forkserver.py):
+    # uid and gid (None: the harness's own), net (a network namespace of its own), userns (made in a
+    # user namespace mapping the current user, as a harness that is not root does)
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
 def launch(pol: dict[str, Any] | None) -> Launch:
@@ -357,6 +361,7 @@ def launch(pol: dict[str, Any] | None) -> Launch:
         prefix = [host.unshare, "--user", "--map-current-user", "--net", "--"]
     if net:
         applied.append("network namespace")
+    identity = {"uid": uid, "gid": gid, "net": bool(net), "userns": uid is None and bool(net)}
     scratch = Path(pol["scratch"])
     scratch.mkdir(parents=True, exist_ok=True)
     if uid is not None:
@@ -369,7 +374,7 @@ def launch(pol: dict[str, Any] | None) -> Launch:
            "KB_SANDBOX_POLICY": json.dumps({**pol, "applied": applied, "cover": readable_cover(pol["hidden"])})}
     if uid is not None:  # getpass and friends ask the environment before the password file
         env.update(USER="kb-sandbox", LOGNAME="kb-sandbox")
-    return Launch(prefix, env, extra)
+    return Launch(prefix, env, extra, identity)
 
 
 def _open_the_way(path: Path) -> None:

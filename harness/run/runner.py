@@ -28,7 +28,7 @@ from ..compile.build import cache_dir_of, manifest_key, read_manifest
 from ..core.config import Config
 from .env import git_info
 from ..core.errors import BadInput
-from ..isolate.isolation import allow_steps, reaping, stop_steps
+from ..isolate.isolation import allow_steps, close_fork_server, reaping, stop_steps
 from .laneproc import LaneDied, LaneProc, Lanes
 from ..record.leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
@@ -280,6 +280,7 @@ def _evaluate(pairs: list[Pair], cfg: Config, *, run_id: str, resume: bool, out:
                         on_result, stop or threading.Event())
     finally:
         lanes.close()
+        close_fork_server()
 
 
 def announce(out: Callable[[str], None], cfg: Config, info: dict[str, Any], lanes: int, jobs: int,

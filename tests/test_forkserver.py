@@ -1,0 +1,172 @@
+"""Steps started by fork from the fork server (harness/isolate/forkserver.py, build.start: fork)
+against steps started by exec: the same process in every way a step can see (identity, network,
+descriptors, environment, working directory, the sandbox's report), one thread, the calling
+thread's CPUs and priority; killed at its limit with what it started; its orphans reaped; a step
+whose server died ends, and the next starts a new server; nothing outlives a harness killed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.core.config import load_config
+from harness.isolate import isolation, sandbox
+from conftest import strays
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the fork server is Linux's")
+PLAN = sandbox.prepare(load_config(None)).to_dict()
+STEPS = str(REPO_ROOT / "tests" / "fixtures" / "steps")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def probe(where: Path, start: str, sandboxed: bool, request: dict | None = None, limit_s: float = 60,
+          extra: dict | None = None, hidden: list | None = None, on_event=None) -> isolation.Outcome:
+    policy = sandbox.policy(PLAN, "cpu", scratch=where / "scratch", hidden=hidden or []) if sandboxed else None
+    env = {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{STEPS}", "KB_TEST_MARKER": "m", **(extra or {})}
+    return isolation.run_module("step_probe", request or {}, where, limit_s=limit_s, policy=policy, start=start,
+                                env=env, on_event=on_event)
+
+
+@pytest.fixture(autouse=True)
+def own_server():
+    yield
+    isolation.close_fork_server()
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "plain"])
+def test_a_forked_step_is_what_an_exec_one_is(tmp_path, sandboxed):
+    if sandboxed and PLAN["mode"] == "off":
+        pytest.skip("no sandbox here")
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "secret").write_text("s")
+    seen = {}
+    for start in ("exec", "fork"):
+        out = probe(tmp_path / start, start, sandboxed, {"exit": 3},
+                    extra={"KB_TEST_HIDDEN": str(hidden / "secret")}, hidden=[str(hidden)])
+        assert out.returncode == 3, out.log_tail
+        assert "step_probe: on stdout" in out.log_tail and "step_probe: on stderr" in out.log_tail
+        facts = out.last("facts")
+        assert facts, out.log_tail
+        text = json.dumps(facts).replace(str(tmp_path / start), "WHERE")
+        if facts["uid"] != os.getuid():   # a uid of its own each, as root
+            text = text.replace(f"unprivileged uid {facts['uid']}", "unprivileged uid UID")
+        seen[start] = {**json.loads(text), "uid": facts["uid"] == os.getuid(), "gid": facts["gid"] == os.getgid(),
+                       "pid": None}
+    assert seen["fork"] == seen["exec"]
+    events_fd = int(seen["fork"]["argv"][3])   # --request-fd R --events-fd E (R read and closed by then)
+    assert seen["fork"]["threads"] == 1 and seen["fork"]["sid_is_pid"] and seen["fork"]["fds"] == [0, 1, 2, events_fd]
+    if sandboxed:
+        assert seen["fork"]["report"]["active"] and not seen["fork"]["hidden_readable"]
+        assert seen["fork"]["cwd"] == "WHERE/scratch" and seen["fork"]["tmp"] == "WHERE/scratch"
+
+
+def test_the_step_has_its_starting_threads_cpus_and_priority(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    got = {}
+
+    def build_thread():
+        os.sched_setaffinity(0, cpus[:1])
+        os.setpriority(os.PRIO_PROCESS, 0, 10)
+        got["out"] = probe(tmp_path, "fork", False)
+
+    thread = threading.Thread(target=build_thread)
+    thread.start()
+    thread.join()
+    facts = got["out"].last("facts")
+    assert facts["cpus"] == cpus[:1] and facts["nice"] == 10
+    assert os.getpriority(os.PRIO_PROCESS, 0) == 0   # the thread's own, not this one's
+
+
+def test_a_step_past_its_limit_is_killed_with_what_it_started(tmp_path):
+    token = f"kb-fork-test-{uuid.uuid4().hex}"
+    started = time.monotonic()
+    out = probe(tmp_path, "fork", False, {"sleep": 60, "grandchild": True}, limit_s=3, extra={"KB_TEST_TOKEN": token})
+    assert out.timed_out and out.returncode == -signal.SIGKILL and out.last("grandchild"), out.log_tail
+    assert time.monotonic() - started < 20
+    assert not alive(out.last("facts")["pid"])
+    # its grandchild (a session of its own: out of the step's process group) comes back to a reaping
+    # harness, as an exec'd step's does: the next test; here it is still ours to end
+    for pid in strays(token):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_an_orphan_of_a_forked_step_comes_back_and_is_reaped(tmp_path):
+    token = f"kb-fork-test-{uuid.uuid4().hex}"
+    with isolation.reaping(True):
+        out = probe(tmp_path, "fork", False, {"grandchild": True}, extra={"KB_TEST_TOKEN": token})
+        assert out.returncode == 0 and out.last("grandchild")
+    deadline = time.monotonic() + 10
+    while strays(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert strays(token) == []
+
+
+def test_a_step_whose_server_died_ends_and_the_next_starts_a_new_server(tmp_path):
+    got, step = {}, threading.Event()
+    thread = threading.Thread(target=lambda: got.update(out=probe(
+        tmp_path / "a", "fork", False, {"sleep": 60}, on_event=lambda e: e["event"] == "facts" and step.set())))
+    thread.start()
+    assert step.wait(60)
+    server = isolation.fork_server()._proc
+    os.kill(server.pid, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive() and got["out"].returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while alive(got["out"].last("facts")["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(got["out"].last("facts")["pid"])   # its parent-death signal
+    again = probe(tmp_path / "b", "fork", False, {"exit": 0})
+    assert again.returncode == 0 and again.last("facts")
+    assert isolation.fork_server()._proc.pid != server.pid
+
+
+DRIVER = """
+import sys, time
+from pathlib import Path
+from harness.isolate import isolation
+where = Path(sys.argv[1])
+threading = __import__("threading")
+threading.Thread(target=lambda: isolation.run_module("step_probe", {"sleep": 120}, where, limit_s=300, start="fork"),
+                 daemon=True).start()
+time.sleep(300)
+"""
+
+
+def test_nothing_outlives_a_harness_killed(tmp_path):
+    token = f"kb-fork-test-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{STEPS}", "KB_TEST_TOKEN": token}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path)], env=env)
+    deadline = time.monotonic() + 60
+    # the driver, its server and the step (forked: the server's environment, which has the token)
+    while len(strays(token)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(strays(token)) >= 3
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 15
+    while strays(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert strays(token) == []
+
+
+def test_build_start_is_checked():
+    from harness.core.config import step_start, validate, with_overrides
+    from harness.core.errors import BadInput
+    assert step_start("auto") == "fork" and step_start("exec") == "exec"
+    with pytest.raises(BadInput, match="build.start must be one of auto, fork, exec"):
+        validate(with_overrides(load_config(None), {"build.start": "spawn"}))
