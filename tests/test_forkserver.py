@@ -94,7 +94,8 @@ def test_the_step_has_its_starting_threads_cpus_and_priority(tmp_path):
 
 def test_a_step_past_its_limit_is_killed_with_what_it_started(tmp_path):
     token = f"kb-fork-test-{uuid.uuid4().hex}"
-    started = time.monotonic()
+    assert probe(tmp_path / "first", "fork", False).returncode == 0   # the server started (its import of torch:
+    started = time.monotonic()                                         # about 3 s on a GPU host) outside the limit
     out = probe(tmp_path, "fork", False, {"sleep": 60, "grandchild": True}, limit_s=3, extra={"KB_TEST_TOKEN": token})
     assert out.timed_out and out.returncode == -signal.SIGKILL and out.last("grandchild"), out.log_tail
     assert time.monotonic() - started < 20
