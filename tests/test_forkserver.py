@@ -47,8 +47,34 @@ def own_server():
     isolation.close_fork_server()
 
 
+def as_worker(where: Path, start: str, sandboxed: bool, request: dict, extra: dict, hidden: list) -> isolation.Outcome:
+    """step_probe started as the pool starts a worker (harness/run/pool.py): the workers' server, the
+    fixed memory layout, made dumpable again after its identity change."""
+    from harness.core.events import EventReader
+    from harness.run import placement
+    where.mkdir(parents=True)
+    policy = sandbox.policy(PLAN, "cpu", scratch=where / "scratch", hidden=hidden) if sandboxed else None
+    (where / "request.json").write_text(json.dumps(request))
+    request_fd = os.open(where / "request.json", os.O_RDONLY)
+    events_fd = os.open(where / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    env = {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{STEPS}", "KB_TEST_MARKER": "m", **extra}
+    try:
+        with open(where / "log", "wb") as log:
+            proc = isolation.start_step("step_probe", ["--request-fd", str(request_fd), "--events-fd", str(events_fd)],
+                                        policy, env, log, (request_fd, events_fd), start, server="workers",
+                                        layout=placement.fixed_layout, dumpable=True)
+    finally:
+        os.close(request_fd)
+        os.close(events_fd)
+    rc = proc.wait(60)
+    reader = EventReader(where / "events.jsonl")
+    reader.poll()
+    return isolation.Outcome(rc, None, False, "", list(reader.events), isolation.tail(where / "log"))
+
+
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "plain"])
-def test_a_forked_step_is_what_an_exec_one_is(tmp_path, sandboxed):
+@pytest.mark.parametrize("kind", ["step", "worker"])
+def test_a_forked_process_is_what_an_exec_one_is(tmp_path, sandboxed, kind):
     if sandboxed and PLAN["mode"] == "off":
         pytest.skip("no sandbox here")
     hidden = tmp_path / "hidden"
@@ -56,8 +82,9 @@ def test_a_forked_step_is_what_an_exec_one_is(tmp_path, sandboxed):
     (hidden / "secret").write_text("s")
     seen = {}
     for start in ("exec", "fork"):
-        out = probe(tmp_path / start, start, sandboxed, {"exit": 3},
-                    extra={"KB_TEST_HIDDEN": str(hidden / "secret")}, hidden=[str(hidden)])
+        run = probe if kind == "step" else as_worker
+        out = run(tmp_path / start, start, sandboxed, {"exit": 3},
+                  extra={"KB_TEST_HIDDEN": str(hidden / "secret")}, hidden=[str(hidden)])
         assert out.returncode == 3, out.log_tail
         assert "step_probe: on stdout" in out.log_tail and "step_probe: on stderr" in out.log_tail
         facts = out.last("facts")
@@ -67,6 +94,11 @@ def test_a_forked_step_is_what_an_exec_one_is(tmp_path, sandboxed):
             text = text.replace(f"unprivileged uid {facts['uid']}", "unprivileged uid UID")
         seen[start] = {**json.loads(text), "uid": facts["uid"] == os.getuid(), "gid": facts["gid"] == os.getgid(),
                        "pid": None}
+    if kind == "worker":
+        assert seen["fork"]["personality"] == seen["exec"]["personality"] == "00040000"   # no ASLR, as exec'd
+    elif sandboxed and seen["exec"]["uid"] is False:   # a step forked and its uid changed: not dumpable, so its
+        assert seen["fork"].pop("personality") is None  # /proc files are root's (stricter than exec'd)
+        seen["exec"].pop("personality")
     assert seen["fork"] == seen["exec"]
     events_fd = int(seen["fork"]["argv"][3])   # --request-fd R --events-fd E (R read and closed by then)
     assert seen["fork"]["threads"] == 1 and seen["fork"]["sid_is_pid"] and seen["fork"]["fds"] == [0, 1, 2, events_fd]

@@ -200,6 +200,22 @@ def test_a_solution_that_kills_its_lane_loses_no_other_pair(tmp_path):
     assert sum(line.startswith("warning: lane 0 died") for line in lines) == 2  # retried once on a new lane
 
 
+def test_a_solution_that_kills_its_fork_server_loses_no_other_pair(tmp_path):
+    """With the sandbox off and forked workers (timing.worker_start fork), a solution that kills its
+    parent kills the lane's fork server and with it the lane's spares: its pair is its crash, the
+    lane lives on (no lane died), and the other pair is judged as before. (A server that died is
+    started again by the next spare: tests/test_forkserver.py.)"""
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"results_dir": str(tmp_path),
+                                                                          "sandbox": "off", "timing.worker_start": "fork"})
+    problem = problem_from_path(ADD_PROBLEM)
+    pairs = [Pair(problem, solution_from_path(FIXTURE_SOLUTIONS / f"{n}.py")) for n in ("kill_fork_server", "cpp_ok")]
+    lines = []
+    results = {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="server_killer", out=lines.append)}
+    assert results["kill_fork_server"].status is Status.CRASHED, results["kill_fork_server"].message
+    assert results["cpp_ok"].status is Status.OK, results["cpp_ok"].message
+    assert not any(line.startswith("warning: lane 0 died") for line in lines), lines
+
+
 def test_a_solution_file_that_differs_from_what_the_driver_hashed_is_not_evaluated(tmp_path):
     """Results are recorded under the hashes the driver took; a lane that finds other content (a file
     edited during the run, or a cluster node whose checkout differs) evaluates nothing."""

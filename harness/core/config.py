@@ -136,6 +136,11 @@ class TimingConfig:
     # CPUs, as the builds do; stop = every spare stopped; auto = run (the A/A on an H100,
     # docs/harness-perf.md; harness/run/pool.py)
     priming_spares: str = "auto"
+    # how a lane's workers start: fork = forked by the lane's fork server, which imported torch and the
+    # worker once (harness/isolate/forkserver.py); exec = a fresh interpreter each; auto = exec (a forked
+    # worker is not yet the same as an exec'd one: torch's CPU threads, 2 against 1 in a sandboxed
+    # worker on the 2-core VM, docs/harness-perf.md)
+    worker_start: str = "auto"
     # the offset between two worker processes that the rounds cannot see, as a share of the
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
     # intervals of the rounds alone missed 1.0, by at most 1.1%, 13 of them by at most 0.4%; at
@@ -198,6 +203,17 @@ def step_start(setting: str) -> str:
     run instead of once per step: docs/harness-perf.md "The fork lever"), exec elsewhere."""
     if setting == "auto":
         return "fork" if sys.platform == "linux" else "exec"
+    return setting
+
+
+def worker_start(setting: str, device: str) -> str:
+    """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
+    on every device. A forked worker inherits what torch's import set up in its server before any
+    sandbox: its CPU threads (2 where a sandboxed exec'd worker has 1 on the 2-core VM: the CPU clock
+    red team's calls 13x slower beside CI's load), and, on CUDA, it would start CUDA in a child of a
+    process that imported torch, which the GPU smoke has not run; fork is for measuring it."""
+    if setting == "auto" or sys.platform != "linux":
+        return "exec"
     return setting
 
 
@@ -390,6 +406,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"timing.process_term must be in [0, 0.5), got {t.process_term}")
     if t.priming_spares not in ("auto", "stop", "run"):
         raise BadInput(where, f"timing.priming_spares must be auto, stop or run, got {t.priming_spares!r}")
+    if t.worker_start not in ("auto", "fork", "exec"):
+        raise BadInput(where, f"timing.worker_start must be auto, fork or exec, got {t.worker_start!r}")
     if t.wrong_rounds not in ("auto", "skip", "time"):
         raise BadInput(where, f"timing.wrong_rounds must be auto, skip or time, got {t.wrong_rounds!r}")
     if t.pin_cpu not in ("auto", "on", "off"):

@@ -29,6 +29,7 @@ harness, a child subreaper, as an exec'd step's did: the server is not one.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import io
@@ -51,7 +52,7 @@ from typing import Any, Mapping
 PRELOAD = ("torch", "torch.utils.cpp_extension")
 _MAX_FDS = 16
 _CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
-_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NAME = 1, 4, 15
 
 
 class ForkServerError(RuntimeError):
@@ -131,8 +132,8 @@ class ForkServer:
     threads. `start` sends a step and returns its ForkedProc; a server that died is started again
     on the next step."""
 
-    def __init__(self, popen, env: Mapping[str, str], log: Path):
-        self._popen, self._env, self._log = popen, dict(env), Path(log)
+    def __init__(self, popen, env: Mapping[str, str], log: Path, layout=None):
+        self._popen, self._env, self._log, self._layout = popen, dict(env), Path(log), layout
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc = None
@@ -144,7 +145,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._log.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(self._log, "ab") as log:
+            with open(self._log, "ab") as log, self._layout() if self._layout else contextlib.nullcontext():
                 self._proc = self._popen([sys.executable, "-m", "harness.isolate.forkserver", "--fd",
                                           str(theirs.fileno())], pass_fds=(theirs.fileno(),), env=self._env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -201,10 +202,12 @@ class ForkServer:
         sock.close()
 
     def start(self, module: str, args: list[str], env: Mapping[str, str], cwd: Path | str, launch: Any,
-              log_fd: int, pass_fds: tuple[int, ...] = (), jail: bool = True, timeout_s: float = 60.0) -> ForkedProc:
+              log_fd: int, pass_fds: tuple[int, ...] = (), jail: bool = True, dumpable: bool = False,
+              timeout_s: float = 60.0) -> ForkedProc:
         """Fork a step: `python -m module args` as `launch` (sandbox.Launch: identity, network
         namespace, its environment) would have started it, stdout and stderr on `log_fd`, `pass_fds`
-        at their own numbers, with this thread's CPUs and priority."""
+        at their own numbers, with this thread's CPUs and priority. `dumpable`: made dumpable again
+        after its identity change, as an exec would make it (below, _child)."""
         done = threading.Event()
         proc = ForkedProc(0, [module, *args])
         slot = [done, None, proc]
@@ -214,7 +217,7 @@ class ForkServer:
             self._next += 1
             ident = self._next
             self._waiting[ident] = slot
-            message = {"id": ident, "module": module, "args": list(args), "env": dict(env), "cwd": str(cwd), "jail": jail,
+            message = {"id": ident, "module": module, "args": list(args), "env": dict(env), "cwd": str(cwd), "jail": jail, "dumpable": dumpable,
                        "fds": list(pass_fds), "identity": dict(getattr(launch, "identity", None) or {}),
                        "cpus": sorted(os.sched_getaffinity(0)), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
             try:
@@ -388,6 +391,13 @@ def _child(message: dict[str, Any], fds: list[int], server: int, server_fds: tup
         os.setpriority(os.PRIO_PROCESS, 0, message["nice"])
     os.chdir(message["cwd"])
     _take_identity(libc, message.get("identity") or {})
+    if message.get("dumpable"):
+        # a uid change leaves a process not dumpable (the kernel's rule): its /proc files are root's, so
+        # that it could not read its own /proc/self/personality nor CUDA name its threads under
+        # /proc/self/task. An exec would make it dumpable again; a worker is made so here, which lets
+        # only its own uid (one per process) trace it, as an exec'd worker's does. A step stays as it
+        # is (stricter than an exec'd one: only its own /proc files differ)
+        libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     env = dict(message["env"])
     env["KB_PARENT_PID"] = str(server)   # die_with_parent: the server is this process's parent
     os.environ.clear()

@@ -209,36 +209,44 @@ def child_command(module: str, args: list[str], policy: dict[str, Any] | None,
     return [*start.prefix, sys.executable, "-m", "harness.isolate.jail", module, *args], env, cwd, start.popen
 
 
-# The fork server of this process (harness/isolate/forkserver.py), started by its first forked step
-_FORK: dict[str, Any] = {"server": None}
+# This process's fork servers (harness/isolate/forkserver.py) by name ("steps": the build and
+# compile steps; "workers": a lane's), each started by its first forked process
+_FORK: dict[str, forkserver.ForkServer] = {}
 
 
-def fork_server() -> forkserver.ForkServer:
+def fork_server(name: str = "steps", layout: Callable[[], Any] | None = None) -> forkserver.ForkServer:
+    """This process's fork server `name`; `layout` (a context manager, placement.fixed_layout) is
+    around its start, so that what it forks inherits the memory layout an exec'd start would have had."""
     with _LOCK:
-        if _FORK["server"] is None:
-            log = sandbox.work_folder("kb-forkserver-") / "forkserver.log"
-            _FORK["server"] = forkserver.ForkServer(popen, child_env(), log)
-        return _FORK["server"]
+        if name not in _FORK:
+            log = sandbox.work_folder("kb-forkserver-") / f"forkserver-{name}.log"
+            _FORK[name] = forkserver.ForkServer(popen, child_env(), log, layout)
+        return _FORK[name]
 
 
-def close_fork_server() -> None:
-    """Stop this process's fork server, if it has one (the next forked step starts another)."""
+def close_fork_server(name: str | None = None) -> None:
+    """Stop this process's fork server `name` (None: every one); the next forked process starts another."""
     with _LOCK:
-        server, _FORK["server"] = _FORK["server"], None
-    if server is not None:
+        servers = [_FORK.pop(n) for n in list(_FORK) if name in (None, n)]
+    for server in servers:
         server.close()
 
 
 def start_step(module: str, args: list[str], policy: dict[str, Any] | None, extra_env: Mapping[str, str] | None,
-               log, pass_fds: tuple[int, ...], start: str = "exec"):
-    """A step's process, in its own session, its output on `log`: exec'd (a Popen) or, with `start`
-    fork, forked by this process's fork server (a forkserver.ForkedProc)."""
+               log, pass_fds: tuple[int, ...], start: str = "exec", server: str = "steps",
+               layout: Callable[[], Any] | None = None, dumpable: bool = False):
+    """A process of the harness's, in its own session, its output on `log`: exec'd (a Popen) or, with
+    `start` fork, forked by this process's fork server `server` (a forkserver.ForkedProc). `layout`:
+    a context manager around an exec'd start, or around the start of the server that forks it.
+    `dumpable`: a forked process made dumpable again after its identity change (forkserver._child)."""
     if start == "fork":
         launch, env, cwd = _launch(policy, extra_env)
-        return fork_server().start(module, args, env, cwd, launch, log.fileno(), pass_fds, jail=launch is not None)
+        return fork_server(server, layout).start(module, args, env, cwd, launch, log.fileno(), pass_fds,
+                                                 jail=launch is not None, dumpable=dumpable)
     argv, env, cwd, extra = child_command(module, args, policy, extra_env)
-    return popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                 start_new_session=True, pass_fds=pass_fds, **extra)
+    with layout() if layout else contextlib.nullcontext():
+        return popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                     start_new_session=True, pass_fds=pass_fds, **extra)
 
 
 def run_module(module: str, request: dict[str, Any], work_dir: Path, *, limit_s: float,

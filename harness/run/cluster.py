@@ -140,7 +140,7 @@ def lane_actor(ray: Any, device: str):
     class LaneActor:
         """A lane (harness/run/lane.py) in a Ray actor, on the GPU Ray gave it."""
 
-        def __init__(self, requested: str, index: int, sandboxed: dict | None = None):
+        def __init__(self, requested: str, index: int, sandboxed: dict | None = None, worker_start: str = "auto"):
             from .lane import open_lane
             # Ray sets OMP_NUM_THREADS to the actor's CPUs (1); a lane and its workers use the node's
             # threads as on one host, so that timings and float64 sums are those of a local run
@@ -149,7 +149,7 @@ def lane_actor(ray: Any, device: str):
             os.environ.update(KB_LANE_GPU=gpu, KB_LANE_INDEX=str(index))
             self.node = f"{socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
             from ..isolate.sandbox import work_folder
-            self.lane = open_lane(work_folder("kb-lane-"), requested, gpu, sandboxed)
+            self.lane = open_lane(work_folder("kb-lane-"), requested, gpu, sandboxed, worker_start)
             self.lane.env["lane"]["node"] = self.node
 
         def hello(self) -> dict:
@@ -177,8 +177,9 @@ def lane_actor(ray: Any, device: str):
 class RayLane:
     """A lane as a Ray actor, behind the same calls as a lane process (harness/run/laneproc.py)."""
 
-    def __init__(self, ray: Any, index: int, device: str, sandboxed: dict | None = None):
+    def __init__(self, ray: Any, index: int, device: str, sandboxed: dict | None = None, worker_start: str = "auto"):
         self.ray, self.index, self.device = ray, index, device
+        self.worker_start = worker_start  # timing.worker_start
         self.sandboxed = sandboxed  # its workers' sandbox (harness/isolate/sandbox.py template)
         self.gpu = ""
         self.actor = None
@@ -188,7 +189,7 @@ class RayLane:
         self.proc = None
 
     def spawn(self) -> None:
-        self.actor = lane_actor(self.ray, self.device).remote(self.device, self.index, self.sandboxed)
+        self.actor = lane_actor(self.ray, self.device).remote(self.device, self.index, self.sandboxed, self.worker_start)
         self.proc = self.actor
 
     def start(self, timeout_s: float = 600.0) -> dict[str, Any]:
@@ -255,7 +256,7 @@ class RayLanes:
         self.store = Store(self.ray, cache_dir_of(cfg))
         self.remote_build = build_task(self.ray)
         self.sandboxed = sandbox.template(plan, [cfg.results_dir, self.store.dir.parent])
-        self.first = RayLane(self.ray, 0, cfg.device, self.sandboxed)
+        self.first = RayLane(self.ray, 0, cfg.device, self.sandboxed, cfg.timing.worker_start)
         self.first.spawn()
         self.all = [self.first]
 
@@ -266,7 +267,8 @@ class RayLanes:
         return max(1, int(resources.get("CPU", 1)) // 2)  # a CPU lane and its worker: two cores
 
     def add(self, count: int, info: dict[str, Any]) -> None:
-        self.all += [RayLane(self.ray, i, self.cfg.device, self.sandboxed) for i in range(1, count)]
+        self.all += [RayLane(self.ray, i, self.cfg.device, self.sandboxed, self.cfg.timing.worker_start)
+                     for i in range(1, count)]
 
     def build_slots(self) -> int:
         """Build tasks at once: the cluster's CPUs that CPU lanes do not hold (Ray queues the rest)."""

@@ -44,6 +44,7 @@ from .env import collect, probe
 from ..isolate.isolation import Outcome, become_subreaper, die_with_parent, tail
 from .pool import Spare, WorkerPool, kill, retire
 from ..core.results import Status
+from ..core.config import worker_start as start_method
 from .references import References
 from .sandbox_check import check_sandbox, wanted
 from ..verdict.timing import malloc_env
@@ -349,7 +350,8 @@ def limit_memory() -> int:
     return limit
 
 
-def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None = None) -> Lane:
+def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None = None,
+              worker_start: str = "auto") -> Lane:
     """A lane on this process's first visible device (`gpu`: its id for the spares). The spares
     start importing at once, while this process imports torch and probes the device. `sandboxed`:
     the workers' sandbox (harness/run/pool.py; from $KB_SANDBOX_LANE when not given), whose device is
@@ -362,12 +364,13 @@ def open_lane(work_dir: Path, requested: str, gpu: str, sandboxed: dict | None =
     spares = max(2, min(6, (os.cpu_count() or 1) // 3)) if requested != "cpu" else 1
     if sandboxed is None and os.environ.get("KB_SANDBOX_LANE"):
         sandboxed = json.loads(os.environ["KB_SANDBOX_LANE"])
+    device = "cpu" if requested == "cpu" or not os.path.exists("/dev/nvidiactl") else "cuda"
     if sandboxed:
-        device = "cpu" if requested == "cpu" or not os.path.exists("/dev/nvidiactl") else "cuda"
         sandboxed = {**sandboxed, "device": device, "hidden": [*sandboxed["hidden"], str(work_dir)]}
-    if requested == "cpu" or not os.path.exists("/dev/nvidiactl"):
+    if device == "cpu":
         limit_memory()
-    pool = WorkerPool(work_dir / "workers", spare_env, size=spares, sandboxed=sandboxed)
+    pool = WorkerPool(work_dir / "workers", spare_env, size=spares, sandboxed=sandboxed,
+                      start=start_method(worker_start, device))
     try:
         info = probe(requested)
         pool.size = pool.base_size = spares if info["device"] == "cuda" else 1
@@ -389,7 +392,7 @@ def main(argv: list[str]) -> None:
     lane = None
     try:
         lane = open_lane(Path(os.environ["KB_LANE_DIR"]), os.environ.get("KB_LANE_DEVICE", "auto"),
-                         os.environ.get("KB_LANE_GPU", ""))
+                         os.environ.get("KB_LANE_GPU", ""), worker_start=os.environ.get("KB_LANE_WORKER_START", "auto"))
         channel.send({"op": "hello", **lane.info})
         while True:
             got = channel.recv(timeout=0.2, frame_s=60.0)

@@ -38,8 +38,9 @@ class LaneProc:
     wait for it: the lane dies with that thread (PR_SET_PDEATHSIG)."""
 
     def __init__(self, index: int, gpu: str, device: str, work_dir: Path, hide_gpus: bool,
-                 sandboxed: dict[str, Any] | None = None):
+                 sandboxed: dict[str, Any] | None = None, worker_start: str = "auto"):
         self.index, self.gpu, self.device = index, gpu, device
+        self.worker_start = worker_start  # timing.worker_start
         self.sandboxed = sandboxed  # its workers' sandbox (harness/isolate/sandbox.py template)
         self.work_dir = Path(work_dir) / f"lane{index}"
         self.hide_gpus = hide_gpus
@@ -58,7 +59,7 @@ class LaneProc:
         self.log_path = self.work_dir / f"lane-{self.starts}.log"
         channel, theirs = Channel.pair()
         env = {"KB_LANE_DIR": str(self.work_dir / f"run{self.starts}"), "KB_LANE_DEVICE": self.device,
-               "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index)}
+               "KB_LANE_GPU": self.gpu, "KB_LANE_INDEX": str(self.index), "KB_LANE_WORKER_START": self.worker_start}
         env.update(malloc_env(os.environ))  # the lane's and its workers' allocator (harness/verdict/timing.py)
         if self.sandboxed:
             env["KB_SANDBOX_LANE"] = json.dumps(self.sandboxed)
@@ -150,7 +151,8 @@ class Lanes:
         self.work = sandbox.work_folder("kb-harness-")
         self.hide = cfg.device == "cpu"
         self.sandboxed = sandbox.template(plan, [cfg.results_dir, self.work, cache_dir_of(cfg)])
-        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide, self.sandboxed)
+        self.first = LaneProc(0, "" if self.hide else gpu_ids(1)[0], cfg.device, self.work, self.hide, self.sandboxed,
+                              cfg.timing.worker_start)
         self.first.spawn()
         self.all = [self.first]
 
@@ -160,8 +162,8 @@ class Lanes:
 
     def add(self, count: int, info: dict[str, Any]) -> None:
         ids = gpu_ids(count) if info["device"] == "cuda" else [""]
-        self.all += [LaneProc(i, ids[i], self.cfg.device, self.work, self.hide, self.sandboxed)
-                     for i in range(1, len(ids))]
+        self.all += [LaneProc(i, ids[i], self.cfg.device, self.work, self.hide, self.sandboxed,
+                              self.cfg.timing.worker_start) for i in range(1, len(ids))]
 
     def build_slots(self) -> int:
         """Builds at once: the cores the lanes leave."""

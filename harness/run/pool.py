@@ -1,8 +1,10 @@
 """A lane's pool of warm interpreters: worker processes started ahead of need.
 
-Importing torch takes seconds (about 6 s on the GPU machines measured). A spare
-(`python -m harness.run.worker --serve FD`) pays that, and the rest of its host-side start-up
-(worker.prime), as soon as it is started; its CUDA context is made when its pair arrives. Each
+Importing torch takes seconds (about 5 CPU-s on the GPU machines measured). A spare
+(`python -m harness.run.worker --serve FD`, exec'd; or with timing.worker_start fork, forked by the
+lane's fork server, which imported torch and the worker once: harness/isolate/forkserver.py) pays
+what is left of that, and the rest of its host-side start-up (worker.prime), as soon as it is
+started; its CUDA context is made when its pair arrives. Each
 pair still gets a fresh process: a spare serves one pair and exits, and is replaced at once.
 A spare runs in its own session (a kill takes its compiler children with it) and dies with the
 lane (PR_SET_PDEATHSIG). Spares are stopped (SIGSTOP) while the lane times anything, or, with
@@ -28,12 +30,13 @@ from typing import Mapping
 from . import placement
 from ..isolate import sandbox
 from ..isolate.channel import Channel, ChannelClosed, Marks, ProtocolError
-from ..isolate.isolation import child_command, popen, reap_strays
+from ..isolate.forkserver import ForkedProc
+from ..isolate.isolation import child_command, popen, reap_strays, start_step
 
 
 @dataclass
 class Spare:
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProc
     channel: Channel
     log_path: Path
     started: float
@@ -50,10 +53,13 @@ class Spare:
 
 
 class WorkerPool:
-    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, sandboxed: dict | None = None):
+    def __init__(self, work_dir: Path, env: Mapping[str, str], size: int, sandboxed: dict | None = None,
+                 start: str = "exec"):
         """`sandboxed`: the sandbox of every worker (sandbox.template with the lane's device:
         {"plan", "device", "hidden"}); None: no sandbox. `leave_out`: the parts of it the lane's
-        probe found CUDA cannot work with (sandbox.policy)."""
+        probe found CUDA cannot work with (sandbox.policy). `start`: exec (a fresh interpreter each)
+        or fork (by the lane's fork server, harness/isolate/forkserver.py; timing.worker_start)."""
+        self.start = start
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env)
@@ -77,12 +83,16 @@ class WorkerPool:
             s = self.sandboxed
             policy = sandbox.policy(s["plan"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
                                     hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
-        argv, env, cwd, extra = child_command("harness.run.worker",
-                                              ["--serve", str(theirs.fileno()), str(their_marks.fileno())], policy,
-                                              self.env)
-        with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
-            proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                         start_new_session=True, pass_fds=(theirs.fileno(), their_marks.fileno()), **extra)
+        args, fds = ["--serve", str(theirs.fileno()), str(their_marks.fileno())], (theirs.fileno(), their_marks.fileno())
+        if self.start == "fork":   # the lane's fork server, started with the fixed layout its children inherit
+            with open(log_path, "wb") as log:
+                proc = start_step("harness.run.worker", args, policy, self.env, log, fds, "fork", server="workers",
+                                  layout=placement.fixed_layout, dumpable=True)
+        else:  # as the GPU smoke last ran it (9aebb82)
+            argv, env, cwd, extra = child_command("harness.run.worker", args, policy, self.env)
+            with open(log_path, "wb") as log, placement.fixed_layout():   # the same memory layout in every worker
+                proc = popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                             start_new_session=True, pass_fds=fds, **extra)
         theirs.close()
         their_marks.close()
         spare = Spare(proc, channel, log_path, time.monotonic(), scratch=Path(policy["scratch"]) if policy else None,
