@@ -33,9 +33,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-def probe(where: Path, start: str, sandboxed: bool, request: dict | None = None, limit_s: float = 60,
+def policy_for(where: Path, sandboxed, hidden: list) -> dict | None:
+    """The sandbox's policy (None where `sandboxed` is false); "userns": with no identity of its own,
+    as a harness that is not root (or limits.user same) starts it: a user namespace mapping the
+    current user, with its network namespace."""
+    if not sandboxed:
+        return None
+    policy = sandbox.policy(PLAN, "cpu", scratch=where / "scratch", hidden=hidden)
+    if sandboxed == "userns":
+        policy["uid"] = policy["gid"] = None
+    return policy
+
+
+def probe(where: Path, start: str, sandboxed, request: dict | None = None, limit_s: float = 60,
           extra: dict | None = None, hidden: list | None = None, on_event=None) -> isolation.Outcome:
-    policy = sandbox.policy(PLAN, "cpu", scratch=where / "scratch", hidden=hidden or []) if sandboxed else None
+    policy = policy_for(where, sandboxed, hidden or [])
     env = {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{STEPS}", "KB_TEST_MARKER": "m", **(extra or {})}
     return isolation.run_module("step_probe", request or {}, where, limit_s=limit_s, policy=policy, start=start,
                                 env=env, on_event=on_event)
@@ -47,13 +59,13 @@ def own_server():
     isolation.close_fork_server()
 
 
-def as_worker(where: Path, start: str, sandboxed: bool, request: dict, extra: dict, hidden: list) -> isolation.Outcome:
+def as_worker(where: Path, start: str, sandboxed, request: dict, extra: dict, hidden: list) -> isolation.Outcome:
     """step_probe started as the pool starts a worker (harness/run/pool.py): the workers' server, the
     fixed memory layout, made dumpable again after its identity change."""
     from harness.core.events import EventReader
     from harness.run import placement
     where.mkdir(parents=True)
-    policy = sandbox.policy(PLAN, "cpu", scratch=where / "scratch", hidden=hidden) if sandboxed else None
+    policy = policy_for(where, sandboxed, hidden)
     (where / "request.json").write_text(json.dumps(request))
     request_fd = os.open(where / "request.json", os.O_RDONLY)
     events_fd = os.open(where / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -72,10 +84,10 @@ def as_worker(where: Path, start: str, sandboxed: bool, request: dict, extra: di
     return isolation.Outcome(rc, None, False, "", list(reader.events), isolation.tail(where / "log"))
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "plain"])
+@pytest.mark.parametrize("sandboxed", [True, "userns", False], ids=["sandboxed", "userns", "plain"])
 @pytest.mark.parametrize("kind", ["step", "worker"])
 def test_a_forked_process_is_what_an_exec_one_is(tmp_path, sandboxed, kind):
-    if sandboxed and PLAN["mode"] == "off":
+    if sandboxed and PLAN["mode"] == "off" or sandboxed == "userns" and not sandbox.probe().netns:
         pytest.skip("no sandbox here")
     hidden = tmp_path / "hidden"
     hidden.mkdir()
@@ -104,6 +116,7 @@ def test_a_forked_process_is_what_an_exec_one_is(tmp_path, sandboxed, kind):
     assert seen["fork"]["threads"] == 1 and seen["fork"]["sid_is_pid"] and seen["fork"]["fds"] == [0, 1, 2, events_fd]
     if sandboxed:
         assert seen["fork"]["report"]["active"] and not seen["fork"]["hidden_readable"]
+        assert seen["fork"]["net"] == ["lo"] or not sandbox.probe().netns
         assert seen["fork"]["cwd"] == "WHERE/scratch" and seen["fork"]["tmp"] == "WHERE/scratch"
 
 
