@@ -42,13 +42,11 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-# torch's own, and the modules a forked step runs: imported once in the server (others are
-# imported there on a step's first request)
+# imported once as the server starts; each step's own module is imported there on its first request
 PRELOAD = ("torch", "torch.utils.cpp_extension")
 _MAX_FDS = 16
 _CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
@@ -128,8 +126,8 @@ class ForkedProc:
 
 
 class ForkServer:
-    """One server per harness process, started on its first step (`shared`) and shared by its
-    threads. `start` sends a step and returns its ForkedProc; a server that died is started again
+    """A server of the harness process's (isolation.fork_server, by name), started on its first
+    step and shared by its threads. `start` sends a step and returns its ForkedProc; a server that died is started again
     on the next step."""
 
     def __init__(self, popen, env: Mapping[str, str], log: Path, layout=None):
@@ -137,7 +135,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc = None
-        self._waiting: dict[int, list] = {}     # request id -> [Event, reply]
+        self._waiting: dict[int, list] = {}     # request id -> [Event, reply, ForkedProc]
         self._procs: dict[int, ForkedProc] = {}  # pid -> the step, until it ends
         self._next = 0
 
@@ -217,8 +215,8 @@ class ForkServer:
             self._next += 1
             ident = self._next
             self._waiting[ident] = slot
-            message = {"id": ident, "module": module, "args": list(args), "env": dict(env), "cwd": str(cwd), "jail": jail, "dumpable": dumpable,
-                       "fds": list(pass_fds), "identity": dict(getattr(launch, "identity", None) or {}),
+            message = {"id": ident, "module": module, "args": list(args), "env": dict(env), "cwd": str(cwd),
+                       "jail": jail, "dumpable": dumpable, "fds": list(pass_fds), "identity": dict(getattr(launch, "identity", None) or {}),
                        "cpus": sorted(os.sched_getaffinity(0)), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
             try:
                 _send(self._sock, message, [log_fd, *pass_fds])

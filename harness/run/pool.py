@@ -83,7 +83,8 @@ class WorkerPool:
             s = self.sandboxed
             policy = sandbox.policy(s["plan"], s["device"], scratch=self.work_dir / "scratch" / f"worker-{self.count}",
                                     hidden=[*s["hidden"], self.work_dir], leave_out=self.leave_out)
-        args, fds = ["--serve", str(theirs.fileno()), str(their_marks.fileno())], (theirs.fileno(), their_marks.fileno())
+        fds = (theirs.fileno(), their_marks.fileno())
+        args = ["--serve", *(str(fd) for fd in fds)]
         if self.start == "fork":   # the lane's fork server, started with the fixed layout its children inherit
             with open(log_path, "wb") as log:
                 proc = start_step("harness.run.worker", args, policy, self.env, log, fds, "fork", server="workers",
