@@ -197,14 +197,12 @@ def class_tolerances(correctness: dict, run: str) -> dict:
     return {name: {**correctness[name], **({} if keep else {"atol_rms": None})} for name in classes(run)}
 
 
-def step_start(setting: str, device: str) -> str:
-    """build.start's setting as a start method of harness/isolate/isolation.py run_module for a run
-    on `device`: auto is fork on a CPU run on Linux (a fresh interpreter's import of torch, 4-5 CPU-s
-    on a GPU host, paid once per run instead of once per step: docs/harness-perf.md "The fork
-    lever"), exec on CUDA until the GPU smoke has run at the commit that holds it (it ran at 9aebb82;
-    the fork path changed around it since) and off Linux."""
+def step_start(setting: str) -> str:
+    """build.start's setting as a start method of harness/isolate/isolation.py run_module: auto is
+    fork on Linux (a fresh interpreter's import of torch, 4-5 CPU-s on a GPU host, paid once per
+    run instead of once per step: docs/harness-perf.md "The fork lever"), exec elsewhere."""
     if setting == "auto":
-        return "fork" if device == "cpu" and sys.platform == "linux" else "exec"
+        return "fork" if sys.platform == "linux" else "exec"
     return setting
 
 
@@ -239,7 +237,7 @@ class BuildConfig:
                                   # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
     start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
                                # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
-                               # on CPU runs on Linux; exec on CUDA until the GPU smoke runs at this commit)
+                               # on Linux)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class RunContext:
         # the GPU smoke: docs/harness-perf.md, "The lean header on a GPU host")
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
-                        cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start, self.device))
+                        cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
@@ -168,7 +168,7 @@ class PairRun:
         outcome = run_module("harness.run.worker", request(self.ctx, self.pair, "build"), where,
                              limit_s=t.run_s, phase_limits={"build": t.build_s},
                              env={**self.ctx.worker_env(), "CUDA_VISIBLE_DEVICES": ""}, policy=policy,
-                             start=step_start(self.ctx.cfg.build.start, self.ctx.device))
+                             start=step_start(self.ctx.cfg.build.start))
         self.build_s = outcome.wall_s
         self.sandbox = {k: v for k, v in (outcome.last("sandbox") or {}).items() if k in ("mode", "active", "notes")}
         if self.sandbox and self.ctx.plan.get("lacks"):
