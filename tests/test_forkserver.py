@@ -193,6 +193,22 @@ time.sleep(300)
 """
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "plain"])
+def test_a_forked_worker_runs_torch_on_the_threads_an_exec_one_does(tmp_path, sandboxed):
+    """The jail's seccomp filter makes an exec'd import of torch find one core (MKL counts them by
+    sched_setaffinity, refused): a forked worker, whose torch the server imported before any
+    sandbox, takes the count the server's probe found under the filter (forkserver._match_threads)."""
+    if sandboxed and PLAN["mode"] == "off":
+        pytest.skip("no sandbox here")
+    seen = {}
+    for start in ("exec", "fork"):
+        out = as_worker(tmp_path / start, start, sandboxed, {"torch": True}, {}, [])
+        assert out.returncode == 0, out.log_tail
+        seen[start] = out.last("torch")["threads"]
+    assert seen["fork"] == seen["exec"], seen
+    assert any(line.startswith("at::get_num_threads()") for line in seen["exec"]), seen
+
+
 def test_nothing_outlives_a_harness_killed(tmp_path):
     token = f"kb-fork-test-{uuid.uuid4().hex}"
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{STEPS}", "KB_TEST_TOKEN": token}

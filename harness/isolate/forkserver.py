@@ -260,8 +260,48 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _probe_threads() -> tuple[int, int]:
+    """Fork a child, before this server imports torch, that imports it as a sandboxed exec'd
+    process does, under the jail's seccomp filter: torch's import asks MKL for its cores, MKL counts
+    them by moving its thread (sched_setaffinity), is refused, and torch's CPU operators start with
+    one thread (docs/harness-perf.md). A child forked after the server's own import would keep the
+    server's count; it takes this one (_child). Returns the pipe its count comes on and its pid."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_fd)
+            from harness.isolate import jail
+            jail._refuse_affinity()
+            import torch
+            os.write(write_fd, str(torch.get_num_threads()).encode())
+            code = 0
+        except BaseException:  # noqa: BLE001 - no filter here, none in a jail either: nothing to match
+            pass
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return read_fd, pid
+
+
+def _probed_threads(probe: tuple[int, int]) -> int | None:
+    """The probe's count (waited for once), or None where it found none."""
+    read_fd, pid = probe
+    try:
+        data = b""
+        while chunk := os.read(read_fd, 64):
+            data += chunk
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+    return int(data) if data.strip().isdigit() else None
+
+
 def serve(sock: socket.socket) -> None:
     """Fork each step asked for; report each child's exit; end when the harness's end closes."""
+    probe: tuple[int, int] | None = _probe_threads()
+    filtered_threads: int | None = None
     for name in PRELOAD:
         importlib.import_module(name)
     wake_r, wake_w = os.pipe()
@@ -296,6 +336,9 @@ def serve(sock: socket.socket) -> None:
             if _cuda_started():
                 raise ForkServerError("CUDA was started in the fork server (by an import): a forked child could not "
                                       "use it; set build.start: exec")
+            if probe is not None:
+                filtered_threads, probe = _probed_threads(probe), None
+            message["filtered_threads"] = filtered_threads
             pid = _fork(message, fds, (sock.fileno(), wake_r, wake_w))
             children.add(pid)
             reply = {"id": message["id"], "pid": pid}
@@ -407,7 +450,19 @@ def _child(message: dict[str, Any], fds: list[int], server: int, server_fds: tup
     from harness.isolate import jail
     import warnings  # runpy's note that the module was imported before it ran: the server imported it, on purpose
     warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning)
-    return jail.run(message["module"], message["args"], in_jail=bool(message.get("jail")))
+    return jail.run(message["module"], message["args"], in_jail=bool(message.get("jail")),
+                    after_enter=lambda report: _match_threads(report, message.get("filtered_threads")))
+
+
+def _match_threads(report: Mapping[str, Any], filtered_threads: int | None) -> None:
+    """Where the jail's seccomp filter is on, torch's CPU threads as an exec'd process's import under
+    it finds them (the server's probe); without it the server's own import's count holds, as an
+    exec'd import's would. torch.set_num_threads sets ATen's, OpenMP's and MKL's alike."""
+    torch = sys.modules.get("torch")
+    if torch is None or not filtered_threads or not any("seccomp" in a for a in report.get("active", ())):
+        return
+    if torch.get_num_threads() != filtered_threads:
+        torch.set_num_threads(filtered_threads)
 
 
 def _python_path(python_path: str) -> None:

@@ -315,10 +315,11 @@ def enter(pol: dict[str, Any] | None) -> dict[str, Any]:
     return {"mode": pol["mode"], "active": active, "notes": notes, "scratch": str(scratch), "limits": pol["limits"]}
 
 
-def run(module: str, args: list[str], in_jail: bool = True) -> int:
+def run(module: str, args: list[str], in_jail: bool = True, after_enter=None) -> int:
     """Enter the sandbox $KB_SANDBOX_POLICY describes (where `in_jail`), then run `module` as
     __main__ with `args`; 0, or 70 where the sandbox could not be entered (said on stderr). An
-    exec'd start comes here through main; a forked one (harness/isolate/forkserver.py) directly."""
+    exec'd start comes here through main; a forked one (harness/isolate/forkserver.py) directly,
+    with `after_enter(report)` called once the sandbox is entered (its torch threads)."""
     if in_jail:
         policy = json.loads(os.environ.pop("KB_SANDBOX_POLICY", "null") or "null")
         try:
@@ -327,6 +328,8 @@ def run(module: str, args: list[str], in_jail: bool = True) -> int:
             print(f"harness.isolate.jail: {exc}", file=sys.stderr, flush=True)
             return 70
         os.environ["KB_SANDBOX_REPORT"] = json.dumps(report)
+        if after_enter is not None:
+            after_enter(report)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
