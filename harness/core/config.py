@@ -208,10 +208,9 @@ def step_start(setting: str) -> str:
 
 def worker_start(setting: str, device: str) -> str:
     """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
-    on every device. A forked worker inherits what torch's import set up in its server before any
-    sandbox: its CPU threads (2 where a sandboxed exec'd worker has 1 on the 2-core VM: the CPU clock
-    red team's calls 13x slower beside CI's load), and, on CUDA, it would start CUDA in a child of a
-    process that imported torch, which the GPU smoke has not run; fork is for measuring it."""
+    on every device. A forked worker starts CUDA in a child of a process that imported torch, which
+    neither the GPU smoke nor an A/A has run (its torch CPU threads match an exec'd worker's:
+    forkserver._match_threads); fork is for measuring it."""
     if setting == "auto" or sys.platform != "linux":
         return "exec"
     return setting
