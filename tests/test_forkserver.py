@@ -232,3 +232,17 @@ def test_build_start_is_checked():
     assert step_start("auto") == "fork" and step_start("exec") == "exec"
     with pytest.raises(BadInput, match="build.start must be one of auto, fork, exec"):
         validate(with_overrides(load_config(None), {"build.start": "spawn"}))
+
+
+@pytest.mark.parametrize("state", ["untouched", "started", "guard"])
+def test_the_server_refuses_to_fork_once_cuda_was_touched(monkeypatch, state):
+    """A device count in the server (torch.cuda.is_available) starts CUDA's driver and arms torch's
+    fork guard, so a forked worker's first CUDA call would refuse: the server says so instead
+    (forkserver._cuda_touched, read in a forked child where the guard acts)."""
+    import types
+    from harness.isolate import forkserver
+    cuda = types.SimpleNamespace(_is_compiled=lambda: True, is_initialized=lambda: state == "started",
+                                 _is_in_bad_fork=lambda: state == "guard")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert forkserver._cuda_touched() == {"untouched": "", "started": "CUDA started",
+                                          "guard": "torch's fork guard armed"}[state]

@@ -301,6 +301,7 @@ def _probed_threads(probe: tuple[int, int]) -> int | None:
 def serve(sock: socket.socket) -> None:
     """Fork each step asked for; report each child's exit; end when the harness's end closes."""
     probe: tuple[int, int] | None = _probe_threads()
+    checked: dict[str, str] = {}   # module -> how CUDA was touched once it was imported ("" = not)
     filtered_threads: int | None = None
     for name in PRELOAD:
         importlib.import_module(name)
@@ -333,9 +334,12 @@ def serve(sock: socket.socket) -> None:
                 importlib.import_module(message["module"])  # once: what every later fork of it shares
             except Exception:  # noqa: BLE001 - not here (a PYTHONPATH of the step's own): the child tries
                 pass
-            if _cuda_started():
-                raise ForkServerError("CUDA was started in the fork server (by an import): a forked child could not "
-                                      "use it; set build.start: exec")
+            if message["module"] not in checked:   # an import may have touched CUDA: checked once a module
+                checked[message["module"]] = _cuda_touched()
+            if checked[message["module"]]:
+                raise ForkServerError(f"CUDA was touched in the fork server ({checked[message['module']]}, by an "
+                                      "import): a forked child could not use it; set build.start and "
+                                      "timing.worker_start to exec")
             if probe is not None:
                 filtered_threads, probe = _probed_threads(probe), None
             message["filtered_threads"] = filtered_threads
@@ -356,9 +360,21 @@ def serve(sock: socket.socket) -> None:
     os._exit(0)
 
 
-def _cuda_started() -> bool:
+def _cuda_touched() -> str:
+    """How this process touched CUDA so that a child could not use it, in words ("" = not): CUDA
+    started; or torch's fork guard armed, which a device count (torch.cuda.is_available) does, as
+    it starts CUDA's driver, and which makes a forked child's first CUDA call refuse ("Cannot
+    re-initialize CUDA in forked subprocess"). The guard is read in a forked child, where it acts."""
     torch = sys.modules.get("torch")
-    return bool(torch is not None and getattr(torch, "cuda", None) is not None and torch.cuda.is_initialized())
+    if torch is None or getattr(torch, "cuda", None) is None or not torch.cuda._is_compiled():
+        return ""
+    if torch.cuda.is_initialized():
+        return "CUDA started"
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return "torch's fork guard armed" if os.waitstatus_to_exitcode(status) == 3 else ""
 
 
 def _reap(sock: socket.socket, children: set[int]) -> None:
