@@ -237,8 +237,9 @@ def test_build_start_is_checked():
 @pytest.mark.parametrize("state", ["untouched", "started", "guard"])
 def test_the_server_refuses_to_fork_once_cuda_was_touched(monkeypatch, state):
     """A device count in the server (torch.cuda.is_available) starts CUDA's driver and arms torch's
-    fork guard, so a forked worker's first CUDA call would refuse: the server says so instead
-    (forkserver._cuda_touched, read in a forked child where the guard acts)."""
+    fork guard, so a forked worker's first CUDA call would refuse: the workers' server says so
+    instead (forkserver._cuda_touched, read in a forked child where the guard acts); a step, which
+    never uses CUDA, is refused only where CUDA started."""
     import types
     from harness.isolate import forkserver
     cuda = types.SimpleNamespace(_is_compiled=lambda: True, is_initialized=lambda: state == "started",
@@ -246,3 +247,4 @@ def test_the_server_refuses_to_fork_once_cuda_was_touched(monkeypatch, state):
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     assert forkserver._cuda_touched() == {"untouched": "", "started": "CUDA started",
                                           "guard": "torch's fork guard armed"}[state]
+    assert forkserver._cuda_touched(cuda_children=False) == ("CUDA started" if state == "started" else "")

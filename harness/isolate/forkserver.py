@@ -130,8 +130,9 @@ class ForkServer:
     step and shared by its threads. `start` sends a step and returns its ForkedProc; a server that died is started again
     on the next step."""
 
-    def __init__(self, popen, env: Mapping[str, str], log: Path, layout=None):
+    def __init__(self, popen, env: Mapping[str, str], log: Path, layout=None, cuda_children: bool = False):
         self._popen, self._env, self._log, self._layout = popen, dict(env), Path(log), layout
+        self._cuda_children = cuda_children   # its children use CUDA (a lane's workers): serve's cuda_children
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc = None
@@ -145,7 +146,8 @@ class ForkServer:
         try:
             with open(self._log, "ab") as log, self._layout() if self._layout else contextlib.nullcontext():
                 self._proc = self._popen([sys.executable, "-m", "harness.isolate.forkserver", "--fd",
-                                          str(theirs.fileno())], pass_fds=(theirs.fileno(),), env=self._env,
+                                          str(theirs.fileno()), *(["--cuda-children"] if self._cuda_children else [])],
+                                         pass_fds=(theirs.fileno(),), env=self._env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd="/")
         finally:
@@ -298,8 +300,15 @@ def _probed_threads(probe: tuple[int, int]) -> int | None:
     return int(data) if data.strip().isdigit() else None
 
 
-def serve(sock: socket.socket) -> None:
-    """Fork each step asked for; report each child's exit; end when the harness's end closes."""
+def serve(sock: socket.socket, cuda_children: bool = False) -> None:
+    """Fork each step asked for; report each child's exit; end when the harness's end closes.
+    `cuda_children`: its children use CUDA (a lane's workers; the build and compile steps never do)."""
+    if cuda_children:
+        # torch.utils.cpp_extension's import asks torch.cuda.is_available() where it finds a CUDA_HOME,
+        # and that device count starts CUDA's driver and arms torch's fork guard: every forked worker's
+        # first CUDA call refused (an H100 host, docs/harness-perf.md). NVML's count touches neither. Read
+        # at each call, so a child, whose environment is the step's own, counts as an exec'd one would
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     probe: tuple[int, int] | None = _probe_threads()
     checked: dict[str, str] = {}   # module -> how CUDA was touched once it was imported ("" = not)
     filtered_threads: int | None = None
@@ -335,7 +344,7 @@ def serve(sock: socket.socket) -> None:
             except Exception:  # noqa: BLE001 - not here (a PYTHONPATH of the step's own): the child tries
                 pass
             if message["module"] not in checked:   # an import may have touched CUDA: checked once a module
-                checked[message["module"]] = _cuda_touched()
+                checked[message["module"]] = _cuda_touched(cuda_children)
             if checked[message["module"]]:
                 raise ForkServerError(f"CUDA was touched in the fork server ({checked[message['module']]}, by an "
                                       "import): a forked child could not use it; set build.start and "
@@ -360,16 +369,19 @@ def serve(sock: socket.socket) -> None:
     os._exit(0)
 
 
-def _cuda_touched() -> str:
+def _cuda_touched(cuda_children: bool = True) -> str:
     """How this process touched CUDA so that a child could not use it, in words ("" = not): CUDA
-    started; or torch's fork guard armed, which a device count (torch.cuda.is_available) does, as
-    it starts CUDA's driver, and which makes a forked child's first CUDA call refuse ("Cannot
-    re-initialize CUDA in forked subprocess"). The guard is read in a forked child, where it acts."""
+    started; or, where the children use CUDA, torch's fork guard armed, which a device count
+    (torch.cuda.is_available) does, as it starts CUDA's driver, and which makes a forked child's
+    first CUDA call refuse ("Cannot re-initialize CUDA in forked subprocess"); a step, which never
+    uses CUDA, is not refused for it. The guard is read in a forked child, where it acts."""
     torch = sys.modules.get("torch")
     if torch is None or getattr(torch, "cuda", None) is None or not torch.cuda._is_compiled():
         return ""
     if torch.cuda.is_initialized():
         return "CUDA started"
+    if not cuda_children:
+        return ""
     pid = os.fork()
     if pid == 0:
         os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
@@ -544,7 +556,7 @@ def main(argv: list[str]) -> None:
     fd = int(argv[argv.index("--fd") + 1])
     sock = socket.socket(fileno=fd)
     try:
-        serve(sock)
+        serve(sock, cuda_children="--cuda-children" in argv)
     except KeyboardInterrupt:
         os._exit(0)
 

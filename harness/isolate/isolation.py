@@ -220,7 +220,7 @@ def fork_server(name: str = "steps", layout: Callable[[], Any] | None = None) ->
     with _LOCK:
         if name not in _FORK:
             log = sandbox.work_folder("kb-forkserver-") / f"forkserver-{name}.log"
-            _FORK[name] = forkserver.ForkServer(popen, child_env(), log, layout)
+            _FORK[name] = forkserver.ForkServer(popen, child_env(), log, layout, cuda_children=name == "workers")
         return _FORK[name]
 
 
