@@ -176,6 +176,9 @@ def test_a_step_whose_server_died_ends_and_the_next_starts_a_new_server(tmp_path
     while alive(got["out"].last("facts")["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(got["out"].last("facts")["pid"])   # its parent-death signal
+    while os.path.exists(f"/proc/{server.pid}") and time.monotonic() < deadline:   # (not polled here: a poll reaps)
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{server.pid}") and server.returncode == -signal.SIGKILL  # reaped by its reader
     again = probe(tmp_path / "b", "fork", False, {"exit": 0})
     assert again.returncode == 0 and again.last("facts")
     assert isolation.fork_server()._proc.pid != server.pid

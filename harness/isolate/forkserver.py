@@ -165,10 +165,11 @@ class ForkServer:
                                   f"{_tail(self._log) or 'empty'})")
         ours.settimeout(None)
         self._sock = ours
-        threading.Thread(target=self._read, args=(ours,), name="forkserver-reader", daemon=True).start()
+        threading.Thread(target=self._read, args=(ours, self._proc), name="forkserver-reader", daemon=True).start()
 
-    def _read(self, sock: socket.socket) -> None:
-        """The reader: answers to requests, and each child's exit as the server reaped it."""
+    def _read(self, sock: socket.socket, server) -> None:
+        """The reader: answers to requests, and each child's exit as the server reaped it; at the
+        end, the server itself reaped (a server that died leaves no zombie while the harness runs)."""
         while True:
             try:
                 message = _recv(sock)[0]
@@ -200,6 +201,10 @@ class ForkServer:
                 proc._end(-signal.SIGKILL)
             self._procs.clear()
         sock.close()
+        try:
+            server.wait(timeout=60)   # it ends once its socket does (a kill, or close's shutdown)
+        except subprocess.TimeoutExpired:
+            pass
 
     def start(self, module: str, args: list[str], env: Mapping[str, str], cwd: Path | str, launch: Any,
               log_fd: int, pass_fds: tuple[int, ...] = (), jail: bool = True, dumpable: bool = False,
