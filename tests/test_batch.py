@@ -74,3 +74,21 @@ def test_a_text_written_for_another_precision_is_refused_saying_so(tmp_path):
     assert not accepted and refused[0]["tag"] == 3 and "written for bf16" in refused[0]["message"]
     accepted, refused = accept([{"problem": "elementwise_add", "source": text}], tmp_path, "bf16")
     assert len(accepted) == 1 and not refused and accepted[0].pair.solution.path.read_text() == text
+
+
+def test_build_stagger_gives_the_first_build_the_larger_share(tmp_path):
+    """build.stagger on: a run's builds at priorities by their place (placement.build_nice: 10 for
+    the first, 19 for the last of a wave), which their compilers keep (off: 10 more than the build
+    thread, tests/test_pipeline_cpu.py). Each build's compilers' nice is in its record."""
+    import uuid
+    from harness.run.placement import build_nice
+    assert [build_nice(r, 15) for r in (0, 7, 14, 30)] == [10, 14, 19, 19] and build_nice(0, 1) == 10
+    base = (REPO_ROOT / "solutions" / "examples" / "elementwise_add" / "cpp_add.py").read_text()
+    texts = [base.replace('cpp_source = r"""', f'cpp_source = r"""// {uuid.uuid4().hex}', 1)
+             for _ in range(2)]   # new C++ sources: compiled, not cached
+    cfg = with_overrides(config(tmp_path), {"build.stagger": "on", "build.jobs": 2, "timing.enabled": False})
+    lines = list(judge_batch([{"problem": "elementwise_add", "source": t} for t in texts], cfg, run_id="st",
+                             full=True))
+    assert [line["status"] for line in lines] == ["ok", "ok"], lines
+    by_name = {line["solution"]: line["result"]["build"]["extensions"][0] for line in lines}
+    assert [by_name[name]["nice"] for name in ("s00000", "s00001")] == [10, 19], by_name   # places 0 and 1 of 2

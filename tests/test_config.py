@@ -46,6 +46,7 @@ def test_unknown_top_level_key(tmp_path):
     ("a: [\n", "not valid YAML"),
     ("timing: {gate_max_regression: 1.5}\n", "gate_max_regression must be in"),
     ("build: {yield_to_lanes: sometimes}\n", "build.yield_to_lanes must be one of auto, on, off"),
+    ("build: {stagger: maybe}\n", "build.stagger must be one of auto, on, off"),
 ])
 def test_bad_values_rejected(tmp_path, text, message):
     path = tmp_path / "c.yaml"

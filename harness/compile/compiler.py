@@ -122,7 +122,8 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     key = build_key(params, torch.__version__, arch)
     build_dir = Path(build_root) / folder_of(params, torch.__version__, arch, compile_only)
     build_dir.mkdir(parents=True, exist_ok=True)
-    info = {"name": name, "dir": str(build_dir), "key": key, "cached": False}
+    info = {"name": name, "dir": str(build_dir), "key": key, "cached": False,
+            "nice": os.getpriority(os.PRIO_PROCESS, 0)}   # its compilers' (build.stagger)
     emit("build_start", **info)
     layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
     log_path = build_dir / "harness_build.current.log"
@@ -172,7 +173,8 @@ def main(argv: list[str]) -> None:
     events.emit("sandbox", **json.loads(os.environ.get("KB_SANDBOX_REPORT") or '{"mode": "off", "active": []}'))
     events.emit("phase", phase="build")
     try:
-        os.nice(10)  # compiling yields the CPU to the lanes' timed calls
+        if not request.get("keep_nice"):   # build.stagger: the build thread's nice is already its place's
+            os.nice(10)  # compiling yields the CPU to the lanes' timed calls
         compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
                        request["arch"], events.emit, request.get("pch"), request.get("cu_header") or "off")
         events.emit("done")

@@ -116,6 +116,7 @@ class Compiler:
     pch: bool = False                    # main.cpp may read a precompiled torch/extension.h (harness/compile/pch.py)
     cu_header: str = "off"               # the headers cuda.cu is compiled with in turn (compiler.py HEADER_RUNGS)
     start: str = "exec"                  # how the step starts (isolation.run_module: exec | fork; build.start)
+    keep_nice: bool = False              # the compilers keep the build thread's nice (build.stagger), else 10 more
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""
@@ -136,7 +137,7 @@ class Compiler:
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
             pch, pch_why = reachable_header(pch, pch_why, policy)
         request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch,
-                   "pch": pch, "cu_header": self.cu_header}
+                   "pch": pch, "cu_header": self.cu_header, "keep_nice": self.keep_nice}
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
                              phase_limits={"build": self.limit_s},
                              env={**self.env, "CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": self.arch},
@@ -146,7 +147,8 @@ class Compiler:
         ext = {"name": name, "key": end.get("key"), "dir": None, "cached": False, "ok": False,
                "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
                **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {}),
-               **({"pch": pch_why} if pch_why else {}), **({"cu_header": end["cu_header"]} if end.get("cu_header") else {})}
+               **({"pch": pch_why} if pch_why else {}), **({"cu_header": end["cu_header"]} if end.get("cu_header") else {}),
+               **({"nice": end["nice"]} if end.get("nice") is not None else {})}
         failed = failure(outcome, "(timeouts.build_s)")
         built = build_root / target.name
         if failed is None and not published(built, compile_only):

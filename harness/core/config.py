@@ -137,9 +137,8 @@ class TimingConfig:
     # docs/harness-perf.md; harness/run/pool.py)
     priming_spares: str = "auto"
     # how a lane's workers start: fork = forked by the lane's fork server, which imported torch and the
-    # worker once (harness/isolate/forkserver.py); exec = a fresh interpreter each; auto = exec (a forked
-    # worker is not yet the same as an exec'd one: torch's CPU threads, 2 against 1 in a sandboxed
-    # worker on the 2-core VM, docs/harness-perf.md)
+    # worker once (harness/isolate/forkserver.py); exec = a fresh interpreter each; auto = exec (forked
+    # workers have not yet run on a GPU: docs/harness-perf.md)
     worker_start: str = "auto"
     # the offset between two worker processes that the rounds cannot see, as a share of the
     # speedup: the interval is widened by it at each end (A/A on the H200, pinned: 15 of 91
@@ -206,6 +205,11 @@ def step_start(setting: str) -> str:
     return setting
 
 
+def build_stagger(setting: str) -> bool:
+    """build.stagger's setting: auto is off until a GPU host's corpus run measures it (docs/harness-perf.md)."""
+    return setting == "on"
+
+
 def worker_start(setting: str, device: str) -> str:
     """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
     on every device. A forked worker starts CUDA in a child of a process that imported torch, which
@@ -237,6 +241,10 @@ class BuildConfig:
     start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
                                # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
                                # on Linux)
+    stagger: str = "auto"      # on: a run's builds at priorities by their place in the schedule (its first at nice
+                               # 10, its first wave's last and every later one at 19: placement.build_nice), so
+                               # the first pairs are built first and the lane starts sooner; off: every compiler at
+                               # nice 19 beside the lanes (10 on a CPU run); auto (= off until measured on a GPU host)
 
 
 @dataclass(frozen=True)
@@ -438,6 +446,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, f"build.yield_to_lanes must be one of auto, on, off, got {cfg.build.yield_to_lanes!r}")
     if cfg.build.start not in ("auto", "fork", "exec"):
         raise BadInput(where, f"build.start must be one of auto, fork, exec, got {cfg.build.start!r}")
+    if cfg.build.stagger not in ("auto", "on", "off"):
+        raise BadInput(where, f"build.stagger must be one of auto, on, off, got {cfg.build.stagger!r}")
     if cfg.sandbox not in ("auto", "required", "off"):
         raise BadInput(where, f"sandbox must be one of auto, required, off, got {cfg.sandbox!r}")
     lim = cfg.limits

@@ -278,7 +278,8 @@ class RayLanes:
     def describe(self, lane: RayLane) -> dict[str, Any]:
         return {"index": lane.index, "gpu": lane.gpu, "gpu_name": lane.info.get("gpu_name", ""), "node": lane.node}
 
-    def build(self, run):
+    def build(self, run, rank: int = 0, wave: int = 1):
+        """The pair's build as a Ray task (build.stagger is this host's: `rank` and `wave` unused here)."""
         from ..compile.build import write_manifest
         from ..core.results import EvalResult
         known = self._known()

@@ -17,7 +17,7 @@ from ..isolate import sandbox
 from . import placement
 from ..compile.build import cache_dir_of
 from ..isolate.channel import Channel, ChannelClosed, ProtocolError
-from ..core.config import Config
+from ..core.config import Config, build_stagger
 from ..core.errors import BadInput
 from ..isolate.isolation import child_env, popen, tail
 from ..core.solutions import Pair
@@ -174,16 +174,20 @@ class Lanes:
         return {"index": lane.index, "gpu": lane.gpu, "gpu_name": lane.info.get("gpu_name", ""),
                 "node": socket.gethostname()}
 
-    def build(self, run) -> Any:
+    def build(self, run, rank: int = 0, wave: int = 1) -> Any:
         """The pair's build step (an EvalResult when the pair ends there, else None). Where the
         lanes pin their timed workers (build.yield_to_lanes), the build thread, and with it what it
         starts (the build and compile steps, the compilers), keeps off the lanes' timing CPUs
-        (placement.build_cpus) and runs at nice BUILD_NICE: both are a thread's, and inherited."""
+        (placement.build_cpus) and runs at nice BUILD_NICE: both are a thread's, and inherited.
+        With build.stagger on, its nice is its place's, `rank` of a run that builds `wave` at once
+        (placement.build_nice; a thread's nice only rises, and the ranks a thread takes do too)."""
         cfg = run.ctx.cfg
         cpus = placement.build_cpus(cfg.build.yield_to_lanes, cfg.timing.pin_cpu, run.ctx.device, len(self.all))
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
-            os.setpriority(os.PRIO_PROCESS, 0, max(BUILD_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
+        nice = placement.build_nice(rank, wave) if build_stagger(cfg.build.stagger) else BUILD_NICE if cpus else None
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
         return run.run_build()
 
     def built(self, manifest: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..isolate import sandbox
 from ..compile.build import write_manifest
-from ..core.config import Config, cu_header_level, step_start
+from ..core.config import Config, build_stagger, cu_header_level, step_start
 from ..verdict.checks import below_floor
 from ..verdict.guards import timing_consistent
 from ..verdict.timing import for_device, ratio_interval, summarize
@@ -81,7 +81,9 @@ class RunContext:
         # the GPU smoke: docs/harness-perf.md, "The lean header on a GPU host")
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
-                        cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start))
+                        cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start),
+                        # build.stagger is this host's build threads' (Ray's nodes: not staggered)
+                        build_stagger(self.cfg.build.stagger) and self.cfg.cluster != "ray")
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""

@@ -100,6 +100,21 @@ def build_cpus(setting: str, pin_cpu: str, device: str, lanes: int, cpus: frozen
     return left or None
 
 
+STAGGER_LOW, STAGGER_HIGH = 10, 19   # build.stagger: the first build's compilers, and the last's
+
+
+def build_nice(rank: int, wave: int) -> int:
+    """The nice of the build `rank` places in its run's schedule (0 first) when the run builds `wave`
+    at once (build.stagger): from 10 for the first to 19 for the wave's last and any later, so that
+    where the builds outnumber the cores the first pairs' builds take the larger share and finish
+    first, and the lane, which waits for its first built pair, starts sooner (with every build at one
+    priority, the first wave shares the cores and finishes together: docs/harness-perf.md). The
+    compilers keep it (the compile step adds none where the run staggers). Never below 10: the
+    lanes' own work still preempts every build."""
+    span = STAGGER_HIGH - STAGGER_LOW
+    return STAGGER_LOW + min(span, rank * span // max(1, wave - 1)) if wave > 1 else STAGGER_LOW
+
+
 def claimed(cpu: int) -> bool:
     """Whether a lane on this host holds CPU `cpu` as its timing CPU: its lock file flocked, as
     /proc/locks lists it (read, not tried: a flock taken to look would turn a lane claiming that

@@ -406,7 +406,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
         place_unbuilt(run, off_device.get(id(run)), manifests.get(id(run)), record, schedule)
     schedule.expect(len(to_build))
     builds = Builds(fleet, to_build, lambda run: manifest_key(run.pair.solution, ctx.torch_version, ctx.arch, device),
-                    record, progress, schedule)
+                    record, progress, schedule, jobs)
     serve = LaneService(cfg, info, fleet, schedule, record, progress, out, stopping)
     threads = [threading.Thread(target=serve, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
@@ -473,16 +473,18 @@ class Builds:
     own (its messages name its own file)."""
 
     def __init__(self, fleet, runs: list[PairRun], key_of: Callable[[PairRun], str], record: Recorder,
-                 progress: Progress, schedule: Schedule):
+                 progress: Progress, schedule: Schedule, jobs: int = 1):
         self.fleet, self.record, self.progress, self.schedule = fleet, record, progress, schedule
         same: dict[str, list[PairRun]] = {}
         for run in runs:
             same.setdefault(key_of(run), []).append(run)
-        self.groups = list(same.values())  # each led by its first pair
+        self.groups = list(same.values())  # each led by its first pair, in the schedule's order
+        self.rank = {id(group[0]): i for i, group in enumerate(self.groups)}   # build.stagger's place
+        self.wave = max(1, min(jobs, len(self.groups)))                       # built at once
 
-    def build_one(self, run: PairRun) -> EvalResult | None:
+    def build_one(self, run: PairRun, rank: int) -> EvalResult | None:
         try:
-            result = self.fleet.build(run)
+            result = self.fleet.build(run, rank, self.wave)
         except Exception as exc:  # noqa: BLE001 - a harness failure ends this pair, not the run
             result = assemble(run.job(), Status.HARNESS_ERROR, f"the build step failed: {exc}", phase="build",
                               phases={}, gpu_s=0.0, own_s=run.build_s)
@@ -495,7 +497,8 @@ class Builds:
 
     def build(self, group: list[PairRun]) -> None:
         leader = group[0]
-        result = self.build_one(leader)
+        rank = self.rank[id(leader)]
+        result = self.build_one(leader, rank)
         for run in group[1:]:
             if result is None:
                 run.extensions, run.build_ok = leader.extensions, True
@@ -507,7 +510,7 @@ class Builds:
                                      own_s=0.0))
                 self.schedule.built(run, False)
             else:
-                self.build_one(run)
+                self.build_one(run, rank)
 
 
 class LaneService:
