@@ -315,7 +315,7 @@ def serve(sock: socket.socket, cuda_children: bool = False) -> None:
         # at each call, so a child, whose environment is the step's own, counts as an exec'd one would
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     probe: tuple[int, int] | None = _probe_threads()
-    checked: dict[str, str] = {}   # module -> how CUDA was touched once it was imported ("" = not)
+    checked: dict[str, str] = {}   # module -> how CUDA was touched, as last checked ("" = not)
     filtered_threads: int | None = None
     for name in PRELOAD:
         importlib.import_module(name)
@@ -348,7 +348,9 @@ def serve(sock: socket.socket, cuda_children: bool = False) -> None:
                 importlib.import_module(message["module"])  # once: what every later fork of it shares
             except Exception:  # noqa: BLE001 - not here (a PYTHONPATH of the step's own): the child tries
                 pass
-            if message["module"] not in checked:   # an import may have touched CUDA: checked once a module
+            # an import may have touched CUDA: a steps' server checks at every request, as it always did (a
+            # test of torch's state); a workers' server reads the fork guard in a forked child once a module
+            if not cuda_children or message["module"] not in checked:
                 checked[message["module"]] = _cuda_touched(cuda_children)
             if checked[message["module"]]:
                 raise ForkServerError(f"CUDA was touched in the fork server ({checked[message['module']]}, by an "
@@ -461,8 +463,11 @@ def _child(message: dict[str, Any], fds: list[int], server: int, server_fds: tup
     cpus = message.get("cpus")
     if cpus:
         os.sched_setaffinity(0, cpus)
-    if message.get("nice") is not None and message["nice"] > os.getpriority(os.PRIO_PROCESS, 0):
-        os.setpriority(os.PRIO_PROCESS, 0, message["nice"])
+    if message.get("nice") is not None and message["nice"] != os.getpriority(os.PRIO_PROCESS, 0):
+        try:   # the starting thread's, as an exec'd child inherits it, whichever thread started the server
+            os.setpriority(os.PRIO_PROCESS, 0, message["nice"])
+        except PermissionError:   # below the server's needs root: the server's kept
+            pass
     os.chdir(message["cwd"])
     _take_identity(libc, message.get("identity") or {})
     if message.get("dumpable"):

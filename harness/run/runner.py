@@ -412,7 +412,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     for thread in threads:
         thread.start()
     with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(builds.groups) or 1))), lanes) as pool:
-        list(pool.map(builds.build, builds.groups))
+        list(pool.map(builds.build, builds.groups, range(len(builds.groups))))
         for thread in threads:
             thread.join()
     for run in schedule.left:  # every lane died for good
@@ -479,8 +479,7 @@ class Builds:
         for run in runs:
             same.setdefault(key_of(run), []).append(run)
         self.groups = list(same.values())  # each led by its first pair, in the schedule's order
-        self.rank = {id(group[0]): i for i, group in enumerate(self.groups)}   # build.stagger's place
-        self.wave = max(1, min(jobs, len(self.groups)))                       # built at once
+        self.wave = max(1, min(jobs, len(self.groups)))   # built at once (build.stagger)
 
     def build_one(self, run: PairRun, rank: int) -> EvalResult | None:
         try:
@@ -495,9 +494,9 @@ class Builds:
         self.schedule.built(run, run.build_ok)
         return result
 
-    def build(self, group: list[PairRun]) -> None:
+    def build(self, group: list[PairRun], rank: int = 0) -> None:
+        """The group's build; `rank`: its place among the groups (build.stagger)."""
         leader = group[0]
-        rank = self.rank[id(leader)]
         result = self.build_one(leader, rank)
         for run in group[1:]:
             if result is None:
