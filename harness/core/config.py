@@ -206,15 +206,16 @@ def step_start(setting: str) -> str:
 
 
 def build_stagger(setting: str) -> bool:
-    """build.stagger's setting: auto is off until a GPU host's corpus run measures it (docs/harness-perf.md)."""
+    """build.stagger's setting: auto is off until the GPU smoke runs with it on (an H100 host's half corpus:
+    the lane's first pair 8 s sooner, the same verdicts; docs/harness-perf.md)."""
     return setting == "on"
 
 
 def worker_start(setting: str, device: str) -> str:
     """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
-    on every device. A forked worker starts CUDA in a child of a process that imported torch, which
-    neither the GPU smoke nor an A/A has run (its torch CPU threads match an exec'd worker's:
-    forkserver._match_threads); fork is for measuring it."""
+    on every device. A forked worker starts CUDA in a child of a process that imported torch: on an
+    H100 host the lane's first pair ended in a harness error ("Invalid device id" at the timer's start,
+    docs/harness-perf.md), the rest judged as exec'd; fork is for measuring it."""
     if setting == "auto" or sys.platform != "linux":
         return "exec"
     return setting
