@@ -3,6 +3,7 @@ files, each with its problem, judged on the main command's pipeline; each result
 its tag once it is stored; a submission that cannot be judged answered at once as bad_input while
 the others are judged; --resume answers the recorded ones from the run's results."""
 import json
+import os
 import subprocess
 import sys
 
@@ -92,3 +93,9 @@ def test_build_stagger_gives_the_first_build_the_larger_share(tmp_path):
     assert [line["status"] for line in lines] == ["ok", "ok"], lines
     by_name = {line["solution"]: line["result"]["build"]["extensions"][0] for line in lines}
     assert [by_name[name]["nice"] for name in ("s00000", "s00001")] == [10, 19], by_name   # places 0 and 1 of 2
+    # and each recipe's two compiles side by side (MAX_JOBS at least 2: on 2 cores one each would share them)
+    from harness.run.placement import build_jobs
+    jobs = build_jobs(os.cpu_count() or 1, 2, True)
+    assert jobs >= 2 and [by_name[name]["jobs"] for name in ("s00000", "s00001")] == [jobs, jobs], by_name
+    assert (build_jobs(16, 15, True), build_jobs(16, 15, False), build_jobs(16, 4, True), build_jobs(2, 8, False)) \
+        == (2, 1, 4, 1)

@@ -50,6 +50,7 @@ def test_correct_cpp_solution_passes_with_timing(cpu_run):
     ext = r.build["extensions"][0]
     assert ext["name"] == "fixture_add_variants"
     assert ext["cached"] or ext["nice"] == 10   # build.stagger off: the compilers at the build thread's (0) + 10
+    assert ext["cached"] or ext["jobs"] >= 1    # MAX_JOBS: the cores shared among the run's builds
     assert r.config["correctness"]["trials"] == 2
     assert len(r.problem["sha256"]) == 64 and len(r.solution["sha256"]) == 64
 

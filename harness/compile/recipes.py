@@ -148,7 +148,8 @@ class Compiler:
                "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
                **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {}),
                **({"pch": pch_why} if pch_why else {}), **({"cu_header": end["cu_header"]} if end.get("cu_header") else {}),
-               **({"nice": end["nice"]} if end.get("nice") is not None else {})}
+               **({"nice": end["nice"]} if end.get("nice") is not None else {}),
+               **({"jobs": int(self.env["MAX_JOBS"])} if str(self.env.get("MAX_JOBS", "")).isdigit() else {})}
         failed = failure(outcome, "(timeouts.build_s)")
         built = build_root / target.name
         if failed is None and not published(built, compile_only):

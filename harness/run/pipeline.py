@@ -58,7 +58,7 @@ class RunContext:
     cache_dir: Path
     work_root: Path
     secret: int = 0                 # this run's secret seed
-    build_threads: int = 1          # MAX_JOBS for each build worker
+    build_threads: int = 1          # MAX_JOBS for each build worker (placement.build_jobs)
     torch_version: str = ""         # part of the build manifest's key
     env: dict[str, Any] = field(default_factory=dict)
     extra_shapes: dict[str, list] = field(default_factory=dict)  # problem id -> overrides

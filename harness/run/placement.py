@@ -115,6 +115,17 @@ def build_nice(rank: int, wave: int) -> int:
     return STAGGER_LOW + min(span, rank * span // max(1, wave - 1)) if wave > 1 else STAGGER_LOW
 
 
+def build_jobs(cores: int, builders: int, stagger: bool) -> int:
+    """Each build's MAX_JOBS (how many of a recipe's compiles, main.cpp and cuda.cu, run at once):
+    the host's cores shared among the builds that run at once; with build.stagger at least 2, so that
+    a recipe's two compiles run side by side and the first builds, at their higher priority, finish
+    in the longer compile's time rather than in both's (on an H100 host, 15 builds on 16 cores at one
+    job each: every build's wall its CPU-s, the first's 34 s; docs/harness-perf.md). The cores stay
+    shared by priority, not by this count."""
+    share = max(1, cores // max(1, builders))
+    return max(2, share) if stagger else share
+
+
 def claimed(cpu: int) -> bool:
     """Whether a lane on this host holds CPU `cpu` as its timing CPU: its lock file flocked, as
     /proc/locks lists it (read, not tried: a flock taken to look would turn a lane claiming that

@@ -25,10 +25,11 @@ from .. import REPO_ROOT
 from ..core import problems
 from ..isolate import sandbox
 from ..compile.build import cache_dir_of, manifest_key, read_manifest
-from ..core.config import Config
+from ..core.config import Config, build_stagger
 from .env import git_info
 from ..core.errors import BadInput
 from ..isolate.isolation import allow_steps, close_fork_server, reaping, stop_steps
+from . import placement
 from .laneproc import LaneDied, LaneProc, Lanes
 from ..record.leaderboard import short_label, speedup_text, summary
 from .pipeline import PairRun, RunContext, assemble
@@ -388,7 +389,8 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     jobs = cfg.build.jobs or fleet.build_slots()
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
                      work_root=fleet.work / "pairs", secret=secret,
-                     build_threads=max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(pending)))),
+                     build_threads=placement.build_jobs(os.cpu_count() or 1, min(jobs, len(pending)),
+                                                        build_stagger(cfg.build.stagger) and cfg.cluster != "ray"),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
     off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
