@@ -386,6 +386,8 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert out[2].startswith("recipes built 1: wall median 30.0 s, CPU-s median 60.0, sum 60;")
     assert out[2].endswith("precompiled header in 2 of 3 build logs")
     assert out[3] == "lane a pair: median 4.00 s, sum 12 s; lanes idle 60% of 1 x 30 s"
+    # each pair's lane segment: its finish less wall_s - build_s (4 s): 6-10, 16-20, 26-30 s into the run
+    assert out[4] == "the lane's first pair began 6.0 s into the run; after it 2 wait(s) over 0.3 s between pairs, 12.0 s in all"
     assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0
     assert "wall 90 s over 2 call(s): 120 an hour" in capsys.readouterr().out
     for i, said in enumerate(["read lean", "compiled again with torch's header: cuda.cu(3): error: ..."]):
@@ -395,6 +397,12 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert corpus_verdicts.main(["phases", str(run)]) == 0
     assert capsys.readouterr().out.splitlines()[2].endswith(
         "(build.cu_header) in 1 (the lean one in 1) of 2 recipes")
+    for i, (nice, jobs) in enumerate([(10, 2), (19, 2)]):   # build.stagger's records
+        result = json.loads((run / f"p-s{i}.json").read_text())
+        result["build"]["extensions"][0].update(nice=nice, jobs=jobs)
+        (run / f"p-s{i}.json").write_text(json.dumps(result))
+    assert corpus_verdicts.main(["phases", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["compiles by nice: 10: 1, 19: 1", "compiles by jobs: 2: 2"]
 
 
 def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():

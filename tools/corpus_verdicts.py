@@ -19,7 +19,9 @@ pairs that run holds (a judge cut by a call's limit goes on in the next call whe
 `phases` says what a run (or a run resumed over several calls: give each call's run folder, or the
 one folder and `--walls` of the calls) cost: solutions an hour over the calls' wall time, each
 recipe's build wall and CPU seconds (those built, not found cached; how many read a precompiled
-header), the lane's time a pair (every phase but the build) and the lanes' idle share.
+header), the lane's time a pair (every phase but the build) and the lanes' idle share; for one lane
+over one call, when its first pair began and how long it waited between pairs after it; and the
+compiles by nice and by MAX_JOBS where the records say (build.stagger).
 """
 from __future__ import annotations
 
@@ -95,7 +97,33 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
                 else ""),
              f"lane a pair: median {median(lane):.2f} s, sum {busy:.0f} s"
              + (f"; lanes idle {max(0.0, 1 - busy / (wall * lanes)):.0%} of {lanes} x {wall:.0f} s" if wall else "")]
+    if lanes == 1 and len(walls) <= 1:
+        lines += lane_start(results)
+    for field in ("nice", "jobs"):   # build.stagger's: each compile's nice and MAX_JOBS
+        seen_by = Counter(e[field] for e in seen.values() if e.get(field) is not None)
+        if seen_by:
+            lines.append(f"compiles by {field}: " + ", ".join(f"{k}: {n}" for k, n in sorted(seen_by.items())))
     return lines
+
+
+def lane_start(results: list, gap_s: float = 0.3) -> list[str]:
+    """When one lane's first pair began, and how long it waited between pairs after it: each pair's
+    lane segment is its finish less its time after the build (`wall_s - build_s`); the run's start
+    is the earliest `started_at` (build.stagger's measure: docs/harness-perf.md)."""
+    from datetime import datetime
+    segments = []
+    for r in results:
+        p = r.phases or {}
+        if r.started_at and r.finished_at and p.get("wall_s") is not None:
+            end = datetime.fromisoformat(r.finished_at).timestamp()
+            segments.append((end - (float(p["wall_s"]) - float(p.get("build_s") or 0)), end))
+    if not segments:
+        return []
+    start = min(datetime.fromisoformat(r.started_at).timestamp() for r in results if r.started_at)
+    segments.sort()
+    gaps = [b[0] - a[1] for a, b in zip(segments, segments[1:]) if b[0] - a[1] > gap_s]
+    return [f"the lane's first pair began {segments[0][0] - start:.1f} s into the run; after it {len(gaps)} "
+            f"wait(s) over {gap_s} s between pairs, {sum(gaps):.1f} s in all"]
 
 
 def judged_keys(run: Path) -> set[str]:
