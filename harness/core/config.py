@@ -205,10 +205,11 @@ def step_start(setting: str) -> str:
     return setting
 
 
-def build_stagger(setting: str) -> bool:
-    """build.stagger's setting: auto is off until the GPU smoke runs with it on (an H100 host's half corpus:
-    the lane's first pair 8 s sooner, the same verdicts; docs/harness-perf.md)."""
-    return setting == "on"
+def build_stagger(setting: str, cluster: str = "local") -> bool:
+    """Whether a run staggers its builds (build.stagger): auto is off until the GPU smoke runs with it on
+    (an H100 host's half corpus: the lane's first pair 8 s sooner, the same verdicts;
+    docs/harness-perf.md); never for Ray's build tasks (this host's build threads only)."""
+    return setting == "on" and cluster != "ray"
 
 
 def worker_start(setting: str, device: str) -> str:

@@ -82,8 +82,7 @@ class RunContext:
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
                         cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start),
-                        # build.stagger is this host's build threads' (Ray's nodes: not staggered)
-                        build_stagger(self.cfg.build.stagger) and self.cfg.cluster != "ray")
+                        build_stagger(self.cfg.build.stagger, self.cfg.cluster))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""

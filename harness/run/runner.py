@@ -390,7 +390,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
                      work_root=fleet.work / "pairs", secret=secret,
                      build_threads=placement.build_jobs(os.cpu_count() or 1, min(jobs, len(pending)),
-                                                        build_stagger(cfg.build.stagger) and cfg.cluster != "ray"),
+                                                        build_stagger(cfg.build.stagger, cfg.cluster)),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
     off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
@@ -413,7 +413,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     threads = [threading.Thread(target=serve, args=(lane,), daemon=True) for lane in lanes]
     for thread in threads:
         thread.start()
-    with Halting(stopping, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(builds.groups) or 1))), lanes) as pool:
+    with Halting(stopping, ThreadPoolExecutor(max_workers=builds.wave), lanes) as pool:
         list(pool.map(builds.build, builds.groups, range(len(builds.groups))))
         for thread in threads:
             thread.join()
@@ -481,7 +481,7 @@ class Builds:
         for run in runs:
             same.setdefault(key_of(run), []).append(run)
         self.groups = list(same.values())  # each led by its first pair, in the schedule's order
-        self.wave = max(1, min(jobs, len(self.groups)))   # built at once (build.stagger)
+        self.wave = max(1, min(jobs, len(self.groups)))   # built at once: the build pool's size (and build.stagger's)
 
     def build_one(self, run: PairRun, rank: int) -> EvalResult | None:
         try:
