@@ -169,3 +169,10 @@ def test_large_sums_applies_the_tf32_atol_rms_on_every_device_unless_off():
         return tols["tf32"]["atol_rms"]
     assert tf32("auto", "cpu") == 16 and tf32("auto", "cuda") == 16
     assert tf32("on", "cuda") == 16 and tf32("off", "cpu") is None and tf32("off", "cuda") is None
+
+
+def test_build_stagger_auto_staggers_cuda_runs_of_this_host_only():
+    from harness.core.config import build_stagger
+    assert [build_stagger("auto", d) for d in ("cuda", "cpu")] == [True, False]
+    assert build_stagger("on", "cpu") and not build_stagger("off", "cuda")
+    assert not build_stagger("on", "cuda", "ray") and not build_stagger("auto", "cuda", "ray")

@@ -205,11 +205,11 @@ def step_start(setting: str) -> str:
     return setting
 
 
-def build_stagger(setting: str, cluster: str = "local") -> bool:
-    """Whether a run staggers its builds (build.stagger): auto is off until the GPU smoke runs with it on
-    (an H100 host's half corpus: the lane's first pair 8 s sooner, the same verdicts;
-    docs/harness-perf.md); never for Ray's build tasks (this host's build threads only)."""
-    return setting == "on" and cluster != "ray"
+def build_stagger(setting: str, device: str, cluster: str = "local") -> bool:
+    """Whether a run on `device` staggers its builds (build.stagger): auto is on for CUDA runs (an H100
+    host's half of corpus100: docs/harness-perf.md), off on the CPU; never for Ray's build tasks (this
+    host's build threads only)."""
+    return cluster != "ray" and (setting == "on" or (setting == "auto" and device == "cuda"))
 
 
 def worker_start(setting: str, device: str) -> str:

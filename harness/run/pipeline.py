@@ -82,7 +82,7 @@ class RunContext:
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
                         cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start),
-                        build_stagger(self.cfg.build.stagger, self.cfg.cluster))
+                        build_stagger(self.cfg.build.stagger, self.device, self.cfg.cluster))
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""

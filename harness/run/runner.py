@@ -390,7 +390,7 @@ def _run(pairs: list[Pair], cfg: Config, run_id: str, resume: bool, out: Callabl
     ctx = RunContext(run_id=run_id, cfg=cfg, device=device, arch=info["arch"], cache_dir=cache_dir,
                      work_root=fleet.work / "pairs", secret=secret,
                      build_threads=placement.build_jobs(os.cpu_count() or 1, min(jobs, len(pending)),
-                                                        build_stagger(cfg.build.stagger, cfg.cluster)),
+                                                        build_stagger(cfg.build.stagger, device, cfg.cluster)),
                      torch_version=info["torch"], env=base_env, extra_shapes=extra, plan=plan.to_dict())
     runs = [PairRun(ctx, p) for p in pending]
     off_device = {id(run): why for run in runs if (why := run.pair.solution.off_device(device))}
