@@ -96,7 +96,7 @@ def test_a_forked_process_is_what_an_exec_one_is(tmp_path, sandboxed, kind):
     for start in ("exec", "fork"):
         run = probe if kind == "step" else as_worker
         out = run(tmp_path / start, start, sandboxed, {"exit": 3},
-                  extra={"KB_TEST_HIDDEN": str(hidden / "secret")}, hidden=[str(hidden)])
+                  extra={"KB_TEST_HIDDEN": str(hidden / "secret"), "CUDA_VISIBLE_DEVICES": "0"}, hidden=[str(hidden)])
         assert out.returncode == 3, out.log_tail
         assert "step_probe: on stdout" in out.log_tail and "step_probe: on stderr" in out.log_tail
         facts = out.last("facts")
@@ -112,6 +112,8 @@ def test_a_forked_process_is_what_an_exec_one_is(tmp_path, sandboxed, kind):
         assert seen["fork"].pop("personality") is None  # /proc files are root's (stricter than exec'd)
         seen["exec"].pop("personality")
     assert seen["fork"] == seen["exec"]
+    # the workers' server sees no device and counts by NVML (forkserver.serve): none of it is a child's
+    assert seen["fork"]["cuda_env"] == {"CUDA_VISIBLE_DEVICES": "0", "PYTORCH_NVML_BASED_CUDA_CHECK": None}
     events_fd = int(seen["fork"]["argv"][3])   # --request-fd R --events-fd E (R read and closed by then)
     assert seen["fork"]["threads"] == 1 and seen["fork"]["sid_is_pid"] and seen["fork"]["fds"] == [0, 1, 2, events_fd]
     if sandboxed:

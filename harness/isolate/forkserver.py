@@ -309,16 +309,21 @@ def serve(sock: socket.socket, cuda_children: bool = False) -> None:
     """Fork each step asked for; report each child's exit; end when the harness's end closes.
     `cuda_children`: its children use CUDA (a lane's workers; the build and compile steps never do)."""
     if cuda_children:
-        # torch.utils.cpp_extension's import asks torch.cuda.is_available() where it finds a CUDA_HOME,
-        # and that device count starts CUDA's driver and arms torch's fork guard: every forked worker's
-        # first CUDA call refused (an H100 host, docs/harness-perf.md). NVML's count touches neither. Read
-        # at each call, so a child, whose environment is the step's own, counts as an exec'd one would
+        # torch.utils.cpp_extension's import asks torch.cuda.is_available() where it finds a CUDA_HOME.
+        # By CUDA's count that starts the driver and arms torch's fork guard (every forked worker's first
+        # CUDA call refused: an H100 host, docs/harness-perf.md); by NVML's it initialises NVML here, whose
+        # state (and descriptors, which a child closes) every child would inherit. So this server sees
+        # no device at all: NVML's count of an empty CUDA_VISIBLE_DEVICES is 0 without asking NVML, and
+        # nothing is cached by it. Read at each call: a child, whose environment is the step's own,
+        # counts and starts CUDA as an exec'd one would
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     probe: tuple[int, int] | None = _probe_threads()
     checked: dict[str, str] = {}   # module -> how CUDA was touched, as last checked ("" = not)
     filtered_threads: int | None = None
-    for name in PRELOAD:
-        importlib.import_module(name)
+    with _quiet("torch.utils.cpp_extension"):   # "No CUDA runtime is found": this server's, by design
+        for name in PRELOAD:
+            importlib.import_module(name)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -374,6 +379,17 @@ def serve(sock: socket.socket, cuda_children: bool = False) -> None:
         except OSError:
             pass
     os._exit(0)
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    import logging
+    log = logging.getLogger(logger)
+    was, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = was
 
 
 def _cuda_touched(cuda_children: bool = True) -> str:
