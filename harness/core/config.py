@@ -214,9 +214,9 @@ def build_stagger(setting: str, device: str, cluster: str = "local") -> bool:
 
 def worker_start(setting: str, device: str) -> str:
     """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
-    on every device. A forked worker starts CUDA in a child of a process that imported torch: on an
-    H100 host the lane's first pair ended in a harness error ("Invalid device id" at the timer's start,
-    docs/harness-perf.md), the rest judged as exec'd; fork is for measuring it."""
+    on every device. A forked worker starts CUDA in a child of a process that imported torch; since
+    its server sees no device (forkserver.serve) the CUDA clock red team passes with it (an H200 host,
+    docs/harness-perf.md), but the GPU smoke and an A/A have not run with it on."""
     if setting == "auto" or sys.platform != "linux":
         return "exec"
     return setting
