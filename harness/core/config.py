@@ -206,9 +206,10 @@ def step_start(setting: str) -> str:
 
 
 def build_stagger(setting: str, device: str, cluster: str = "local") -> bool:
-    """Whether a run on `device` staggers its builds (build.stagger): auto is on for CUDA runs (an H100
-    host's half of corpus100: docs/harness-perf.md), off on the CPU; never for Ray's build tasks (this
-    host's build threads only)."""
+    """Whether a run on `device` staggers its builds (build.stagger): auto is on for CUDA runs (half of
+    corpus100 on an H100 and on an H200 host: the lane's first pair 8 and 11 s sooner, the same
+    verdicts; docs/harness-perf.md), off on the CPU; never for Ray's build tasks (this host's build
+    threads only)."""
     return cluster != "ray" and (setting == "on" or (setting == "auto" and device == "cuda"))
 
 

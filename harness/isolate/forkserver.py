@@ -383,6 +383,7 @@ def serve(sock: socket.socket, cuda_children: bool = False) -> None:
 
 @contextlib.contextmanager
 def _quiet(logger: str):
+    """`logger` silent while the block runs."""
     import logging
     log = logging.getLogger(logger)
     was, log.disabled = log.disabled, True
