@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     else:
         problem = problem_from_path(ROOT / "tests" / "fixtures" / "problems" / "matmul_chain.py")
     names = args.fixtures.split(",") if args.fixtures else (CUDA_FIXTURES if args.device == "cuda" else CPU_FIXTURES)
-    pairs = [Pair(problem, solution_from_path(FIXTURES / f"{n}.py")) for n in [TWIN, *names]]
+    pairs = [Pair(problem, solution_from_path(FIXTURES / f"{n}.py")) for n in dict.fromkeys([TWIN, *names])]  # the twin once
     results = evaluate(pairs, cfg, run_id="clock-redteam", out=lambda line: print(line, file=sys.stderr))
     lines, every = table(results)
     print(f"clock red team: problem {problem.id}, {args.device}; results in {results_dir}/clock-redteam")
