@@ -484,7 +484,9 @@ def test_cu_header_check_takes_the_recipes_own_nvcc_command(tmp_path):
 
 def test_cpu_by_process_counts_each_kind_and_a_process_start_before_its_first_pause(tmp_path, capsys):
     """tools/cpu_by_process.py over real processes named as the harness's: a compile step, a worker under a
-    lane that burns CPU, pauses, then burns again, and a worker outside a lane (a build step)."""
+    lane that burns CPU, pauses, then burns again, and a worker outside a lane (a build step). Each lower
+    bound is the CPU burnt less one interval and a tick: what a process spends after its last sample is
+    its parent's (cutime), as the tool's docstring says (0.5 < 0.5 once in CI at f67dc38)."""
     import sys
     from tools.cpu_by_process import attribute, first_pause, main
     burn = "import sys, time\ndef burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
@@ -499,9 +501,9 @@ def test_cpu_by_process_counts_each_kind_and_a_process_start_before_its_first_pa
     assert main(["record", str(out), "--interval", "0.1", "--", sys.executable, "-c", top]) == 0
     data = json.loads(out.read_text())
     kinds = attribute(data["processes"], data["root"])
-    assert 0.5 < kinds["compile_step"]["cpu_s"] < 1.2 and len(kinds["compile_step"]["processes"]) == 1
-    assert 0.7 < kinds["worker"]["cpu_s"] < 1.5 and len(kinds["lane"]["processes"]) == 1
-    assert 0.25 < kinds["build_step"]["cpu_s"] < 0.8
+    assert 0.49 <= kinds["compile_step"]["cpu_s"] < 1.2 and len(kinds["compile_step"]["processes"]) == 1
+    assert 0.69 <= kinds["worker"]["cpu_s"] < 1.5 and len(kinds["lane"]["processes"]) == 1
+    assert 0.19 <= kinds["build_step"]["cpu_s"] < 0.8
     (w,) = kinds["worker"]["processes"]
     assert 0.3 < first_pause(w["series"], 1.0, w["own"]) < 0.65 < w["own"]
     main(["report", str(out)])
