@@ -89,6 +89,27 @@ def test_matched_seed_construction_is_reproducible():
     assert torch.equal(a.conv_transpose2d.weight, b.conv_transpose2d.weight)
 
 
+
+def test_inputs_are_drawn_as_torch_manual_seed_draws_them(tmp_path):
+    """make_inputs seeds only what get_inputs() draws from (problems.seed_draws: Python's random, the
+    CPU generator, CUDA's), to the states torch.manual_seed gives them: the same inputs seed for
+    seed, and the same generator state after."""
+    import random
+    path = tmp_path / "drawn.py"
+    path.write_text("import random\nimport torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(3, 5), torch.randint(0, 9, (4,)), "
+                    "random.random(), torch.rand(2, dtype=torch.float64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    module = problems.load_module(path)
+    for seed in (0, 7, 2**31 - 1):
+        random.seed(seed)
+        torch.manual_seed(seed)
+        expected, expected_next = module.get_inputs(), torch.rand(3)
+        got, got_next = problems.make_inputs(module, seed, "cpu"), torch.rand(3)
+        assert got[2] == expected[2]
+        for a, b in zip(got[:2] + got[3:], expected[:2] + expected[3:]):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        assert torch.equal(got_next, expected_next)
+
 FUSED_SHA256 = {   # KernelBench/level2 at ScalingIntelligence/KernelBench 423217d, byte for byte
     "2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py": "2b69e31d12d28d291fb5b56634176269ba6513e8d240fc01d6f8a7b706abc109",
     "5_ConvTranspose2d_Subtract_Tanh.py": "442f35521753e48196379d5a4659d13d979817fd605cfb1a1a205b536faa90cc",

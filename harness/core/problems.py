@@ -280,7 +280,7 @@ def make_inputs(module: types.ModuleType, seed: int, device, dtype: str | None =
 
     def draw(default_device=None):
         random.seed(seed)
-        torch.manual_seed(seed)  # the CPU generator and every CUDA generator
+        seed_draws(seed)
         if default_device is None:
             return module.get_inputs()
         with torch.device(default_device):
@@ -295,6 +295,18 @@ def make_inputs(module: types.ModuleType, seed: int, device, dtype: str | None =
     if values is None:
         values = draw()
     return [cast(v.to(device), dtype) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def seed_draws(seed: int) -> None:
+    """The generators get_inputs() draws from, seeded as torch.manual_seed(seed) seeds them: the CPU's
+    and every CUDA device's (queued until CUDA starts, as torch queues it), so the same values. Not
+    torch.manual_seed itself: it also seeds XPU and MTIA, which never start here, by queueing each
+    call with the caller's stack formatted (linecache's file checks included), 0.1-0.3 ms a call with
+    a worker's stack, where each of a pair's up to 2,000 timed calls on CUDA draws its inputs."""
+    import torch
+    if torch.cuda._is_compiled() and not torch.cuda._is_in_bad_fork():
+        torch.cuda.manual_seed_all(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 def cast(tensor, dtype: str | None):
