@@ -17,7 +17,7 @@ from ..isolate import sandbox
 from . import placement
 from ..compile.build import cache_dir_of
 from ..isolate.channel import Channel, ChannelClosed, ProtocolError
-from ..core.config import Config, build_stagger
+from ..core.config import Config
 from ..core.errors import BadInput
 from ..isolate.isolation import child_env, popen, tail
 from ..core.solutions import Pair
@@ -185,7 +185,7 @@ class Lanes:
         cpus = placement.build_cpus(cfg.build.yield_to_lanes, cfg.timing.pin_cpu, run.ctx.device, len(self.all))
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
-        nice = placement.build_nice(rank, wave) if build_stagger(cfg.build.stagger, run.ctx.device, cfg.cluster) else BUILD_NICE if cpus else None
+        nice = placement.build_nice(rank, wave) if run.ctx.stagger else BUILD_NICE if cpus else None
         if nice is not None:
             os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
         return run.run_build()

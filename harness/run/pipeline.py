@@ -75,6 +75,12 @@ class RunContext:
         folders (other pairs', the lanes'), the build cache."""
         return [Path(self.cfg.results_dir), self.work_root.parent, self.cache_dir]
 
+    @property
+    def stagger(self) -> bool:
+        """Whether this run's builds are staggered (build.stagger, config.build_stagger): the one
+        place the run's compilers and its lanes' build threads read it."""
+        return build_stagger(self.cfg.build.stagger, self.device, self.cfg.cluster)
+
     def compiler(self) -> Compiler:
         """What the run's compile steps need (harness/compile/recipes.py)."""
         # cu_header auto: lean on every device (corpus100's verdicts on an H100 against a44ea8e's, and
@@ -82,7 +88,7 @@ class RunContext:
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
                         cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start),
-                        build_stagger(self.cfg.build.stagger, self.device, self.cfg.cluster))
+                        self.stagger)
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
