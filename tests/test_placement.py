@@ -102,7 +102,7 @@ def test_a_build_thread_and_what_it_starts_keep_off_the_timing_cpu(own_claims):
     from harness.run.laneproc import Lanes
     cfg = with_overrides(load_config(None), {"timing": {"pin_cpu": "on"}, "build": {"yield_to_lanes": "on"}})
     child = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0))"]
-    run = SimpleNamespace(ctx=SimpleNamespace(cfg=cfg, device="cpu"),
+    run = SimpleNamespace(ctx=SimpleNamespace(cfg=cfg, device="cpu", stagger=False),  # build.stagger auto: off on the CPU
                           run_build=lambda: subprocess.run(child, capture_output=True, text=True).stdout.strip())
     seen = []
     thread = threading.Thread(target=lambda: seen.append(Lanes.build(SimpleNamespace(all=[object()]), run)))
