@@ -361,6 +361,37 @@ def test_corpus_verdicts_compares_two_runs_pair_by_pair(tmp_path, capsys):
     write(b, "1_Add", "mut_y", "incorrect")
     assert corpus_verdicts.main(["compare", str(a), str(b)]) == 0
     assert corpus_verdicts.main(["compare", str(a), str(tmp_path / "none")]) == 2
+    capsys.readouterr()
+
+
+def test_corpus_verdicts_keeps_a_run_as_a_verdicts_file_compared_like_a_run(tmp_path, capsys):
+    from tools import corpus_verdicts
+
+    from test_results import make_result
+    base = make_result().to_dict()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "device": "cuda", "gpu_names": ["H"], "git": {"commit": "abc"}}))
+    for problem, name, status in (("1_Add", "x", "ok"), ("1_Add", "y", "incorrect")):
+        result = {**base, "problem": {**base["problem"], "id": problem}, "solution": {**base["solution"], "name": name},
+                  "status": status, "message": "m" * 300}
+        (run / f"{problem}-{name}.json").write_text(json.dumps(result))
+    kept = tmp_path / "kept" / "r1.json"
+    assert corpus_verdicts.main(["verdicts", str(run), "--out", str(kept), "--host", "an H100 host"]) == 0
+    data = json.loads(kept.read_text())
+    assert data["commit"] == "abc" and data["host"] == "an H100 host" and data["counts"] == {"incorrect": 1, "ok": 1}
+    assert data["pairs"]["1_Add/y"] == {"status": "incorrect", "message": "m" * 200}
+    capsys.readouterr()
+    assert corpus_verdicts.main(["compare", str(kept), str(run)]) == 0
+    assert capsys.readouterr().out.startswith("2 pair(s) in both runs: 2 with the same status, 0 differ")
+    data["pairs"]["1_Add/x"]["status"] = "runtime_error"
+    kept.write_text(json.dumps(data))
+    assert corpus_verdicts.main(["compare", str(run), str(kept)]) == 1
+    assert "  1_Add/x: ok / runtime_error" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("[]")
+    assert corpus_verdicts.main(["compare", str(tmp_path / "bad.json"), str(run)]) == 2
+    assert "not a verdicts file" in capsys.readouterr().err
+    assert corpus_verdicts.main(["phases", str(kept)]) == 2
 
 
 def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_path, capsys):

@@ -6,10 +6,14 @@ that has no batch command.
     python tools/corpus_verdicts.py judge SUBMISSIONS.jsonl --tree DIR --results-dir D --run-id ID [--judged-in RUN_DIR]
                                           [--not-judged-in RUN_DIR ...]
     python tools/corpus_verdicts.py phases RUN_DIR [RUN_DIR ...]
+    python tools/corpus_verdicts.py verdicts RUN_DIR --out FILE.json [--commit C] [--host TEXT]
 
 `compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
 pairs both have, how many agree on the status, every pair whose status differs with both messages,
-and the pairs only one run has. `judge` imports the harness of the tree at DIR (a checkout of an
+and the pairs only one run has; either side may be a verdicts file instead of a run folder.
+`verdicts` writes a run's statuses (and each message's first 200 characters) by pair to a small
+JSON file, what the repository keeps of a corpus run (results/snapshots/corpus100/) where the run folder,
+megabytes of build logs, is not kept: the next tree's run is compared with it pair by pair. `judge` imports the harness of the tree at DIR (a checkout of an
 earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate` over the file
 submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
 that tree's default config; the solutions' names are their files' names, as in the batch command;
@@ -30,23 +34,51 @@ import json
 import statistics
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A pair's verdict as a verdicts file keeps it (the fields compare reads)."""
+    status: str
+    message: str
+
+
 def load(run: Path) -> dict:
-    """A run's results (harness.core.store.load_run: every schema version it reads) by
-    `<problem id>/<solution name>`."""
+    """A run's results (harness.core.store.load_run: every schema version it reads), or a verdicts
+    file's, by `<problem id>/<solution name>`."""
+    from harness.core.errors import BadInput
+    if Path(run).is_file():
+        try:
+            pairs = json.loads(Path(run).read_text())["pairs"]
+            return {k: Verdict(v["status"], v.get("message", "")) for k, v in pairs.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BadInput(str(run), f"not a verdicts file (corpus_verdicts.py verdicts writes one): {exc}") from None
     from harness.core.store import load_run
     return {f"{r.problem['id']}/{r.solution['name']}": r for r in load_run(run)}
+
+
+def status_of(result) -> str:
+    return result.status if isinstance(result, Verdict) else result.status.value
+
+
+def verdicts(results: dict, run: Path, commit: str, host: str) -> dict:
+    """What `verdicts` writes: the run's statuses by pair, with where they came from."""
+    manifest = json.loads((Path(run) / "run.json").read_text()) if (Path(run) / "run.json").is_file() else {}
+    return {"run_id": manifest.get("run_id", Path(run).name), "commit": commit or (manifest.get("git") or {}).get("commit"),
+            "device": manifest.get("device"), "gpu_names": manifest.get("gpu_names", []), "host": host,
+            "counts": dict(sorted(Counter(status_of(r) for r in results.values()).items())),
+            "pairs": {k: {"status": status_of(r), "message": r.message[:200]} for k, r in sorted(results.items())}}
 
 
 def compare(a: dict, b: dict) -> tuple[list[str], int]:
     """(lines of the report, the number of pairs whose status differs)."""
     both = sorted(set(a) & set(b))
-    differ = [k for k in both if a[k].status != b[k].status]
+    differ = [k for k in both if status_of(a[k]) != status_of(b[k])]
     lines = [f"{len(both)} pair(s) in both runs: {len(both) - len(differ)} with the same status, {len(differ)} differ"]
     for k in differ:
-        lines.append(f"  {k}: {a[k].status.value} / {b[k].status.value}")
+        lines.append(f"  {k}: {status_of(a[k])} / {status_of(b[k])}")
         lines.append(f"    A: {a[k].message[:300]}")
         lines.append(f"    B: {b[k].message[:300]}")
     for name, only in (("A", sorted(set(a) - set(b))), ("B", sorted(set(b) - set(a)))):
@@ -180,6 +212,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("runs", nargs="+")
     p.add_argument("--walls", default="", help="the calls' wall seconds, comma-separated")
     p.add_argument("--lanes", type=int, default=1)
+    v = sub.add_parser("verdicts")
+    v.add_argument("run")
+    v.add_argument("--out", required=True)
+    v.add_argument("--commit", default="", help="the tree's commit (default: the run's manifest's)")
+    v.add_argument("--host", default="", help="what ran it, in words")
     args = ap.parse_args(argv)
     if args.cmd == "judge":
         for folder in ([args.judged_in] if args.judged_in else []) + args.not_judged_in:
@@ -193,12 +230,24 @@ def main(argv: list[str]) -> int:
     from harness.core.errors import BadInput
     if args.cmd == "phases":
         try:
+            if not all(Path(run).is_dir() for run in args.runs):
+                raise BadInput(next(run for run in args.runs if not Path(run).is_dir()), "phases reads run folders")
             results = [r for run in args.runs for r in load(Path(run)).values()]
             walls = [float(w) for w in args.walls.split(",") if w.strip()]
         except (BadInput, ValueError) as exc:
             print(f"corpus_verdicts: {exc}", file=sys.stderr)
             return 2
         print("\n".join(phases(results, walls, args.lanes)))
+        return 0
+    if args.cmd == "verdicts":
+        try:
+            kept = verdicts(load(Path(args.run)), Path(args.run), args.commit, args.host)
+        except BadInput as exc:
+            print(f"corpus_verdicts: {exc}", file=sys.stderr)
+            return 2
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(kept, indent=1) + "\n")
+        print(f"{len(kept['pairs'])} verdict(s) of {kept['run_id']} in {args.out}: {kept['counts']}")
         return 0
     try:
         lines, differ = compare(load(Path(args.a)), load(Path(args.b)))
