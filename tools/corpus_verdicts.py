@@ -11,21 +11,22 @@ that has no batch command.
 `compare` reads each run's results (`<problem id>/<solution name>` as the key) and prints how many
 pairs both have, how many agree on the status, every pair whose status differs with both messages,
 and the pairs only one run has; either side may be a verdicts file instead of a run folder.
-`verdicts` writes a run's statuses (and each message's first 200 characters) by pair to a small
-JSON file, what the repository keeps of a corpus run (results/snapshots/corpus100/) where the run folder,
-megabytes of build logs, is not kept: the next tree's run is compared with it pair by pair. `judge` imports the harness of the tree at DIR (a checkout of an
-earlier commit, e.g. `git worktree add /tmp/old a44ea8e`) and runs its `evaluate` over the file
-submissions (`problem` a problem file, `file` a solution file: what tools/kb_corpus.py writes), with
-that tree's default config; the solutions' names are their files' names, as in the batch command;
-`--judged-in RUN_DIR`: only the pairs that run holds (the earlier tree judges what a batch stopped
-at its deadline judged, over the same build cache); `--not-judged-in RUN_DIR` (repeatable): not the
-pairs that run holds (a judge cut by a call's limit goes on in the next call where it stopped).
-`phases` says what a run (or a run resumed over several calls: give each call's run folder, or the
-one folder and `--walls` of the calls) cost: solutions an hour over the calls' wall time, each
-recipe's build wall and CPU seconds (those built, not found cached; how many read a precompiled
-header), the lane's time a pair (every phase but the build) and the lanes' idle share; for one lane
-over one call, when its first pair began and how long it waited between pairs after it; and the
-compiles by nice and by MAX_JOBS where the records say (build.stagger).
+`verdicts` writes a run's statuses (and each message's first 200 characters) by pair to a small JSON
+file, what the repository keeps of a corpus run (results/snapshots/corpus100/) where the run folder,
+megabytes of build logs, is not kept: the next tree's run is compared with it pair by pair. `judge`
+imports the harness of the tree at DIR (a checkout of an earlier commit, e.g. `git worktree add
+/tmp/old a44ea8e`) and runs its `evaluate` over the file submissions (`problem` a problem file,
+`file` a solution file: what tools/kb_corpus.py writes), with that tree's default config; the
+solutions' names are their files' names, as in the batch command; `--judged-in RUN_DIR`: only the
+pairs that run holds (the earlier tree judges what a batch stopped at its deadline judged, over the
+same build cache); `--not-judged-in RUN_DIR` (repeatable): not the pairs that run holds (a judge cut
+by a call's limit goes on in the next call where it stopped). `phases` says what a run (or a run
+resumed over several calls: give each call's run folder, or the one folder and `--walls` of the
+calls) cost: solutions an hour over the calls' wall time, each recipe's build wall and CPU seconds
+(those built, not found cached; how many read a precompiled header), the lane's time a pair (every
+phase but the build) and the lanes' idle share; for one lane over one call, when its first pair
+began and how long it waited between pairs after it; and the compiles by nice and by MAX_JOBS where
+the records say (build.stagger).
 """
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def status_of(result) -> str:
 def verdicts(results: dict, run: Path, commit: str, host: str) -> dict:
     """What `verdicts` writes: the run's statuses by pair, with where they came from."""
     manifest = json.loads((Path(run) / "run.json").read_text()) if (Path(run) / "run.json").is_file() else {}
-    return {"run_id": manifest.get("run_id", Path(run).name), "commit": commit or (manifest.get("git") or {}).get("commit"),
+    return {"run_id": manifest.get("run_id", Path(run).name),
+            "commit": commit or (manifest.get("git") or {}).get("commit"),
             "device": manifest.get("device"), "gpu_names": manifest.get("gpu_names", []), "host": host,
             "counts": dict(sorted(Counter(status_of(r) for r in results.values()).items())),
             "pairs": {k: {"status": status_of(r), "message": r.message[:200]} for k, r in sorted(results.items())}}
