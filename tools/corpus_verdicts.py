@@ -41,46 +41,47 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Verdict:
-    """A pair's verdict as a verdicts file keeps it (the fields compare reads)."""
+    """A pair's verdict: what compare reads and a verdicts file keeps."""
     status: str
     message: str
 
 
-def load(run: Path) -> dict:
-    """A run's results (harness.core.store.load_run: every schema version it reads), or a verdicts
-    file's, by `<problem id>/<solution name>`."""
-    from harness.core.errors import BadInput
-    if Path(run).is_file():
-        try:
-            pairs = json.loads(Path(run).read_text())["pairs"]
-            return {k: Verdict(v["status"], v.get("message", "")) for k, v in pairs.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise BadInput(str(run), f"not a verdicts file (corpus_verdicts.py verdicts writes one): {exc}") from None
+def results_of(run: Path) -> dict:
+    """A run folder's results (harness.core.store.load_run: every schema version it reads) by
+    `<problem id>/<solution name>`."""
     from harness.core.store import load_run
     return {f"{r.problem['id']}/{r.solution['name']}": r for r in load_run(run)}
 
 
-def status_of(result) -> str:
-    return result.status if isinstance(result, Verdict) else result.status.value
+def load(run: Path) -> dict[str, Verdict]:
+    """The verdicts of a run folder or of a verdicts file, by `<problem id>/<solution name>`."""
+    from harness.core.errors import BadInput
+    if not Path(run).is_file():
+        return {k: Verdict(r.status.value, r.message) for k, r in results_of(run).items()}
+    try:
+        pairs = json.loads(Path(run).read_text())["pairs"]
+        return {k: Verdict(v["status"], v.get("message", "")) for k, v in pairs.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(str(run), f"not a verdicts file (corpus_verdicts.py verdicts writes one): {exc}") from None
 
 
-def verdicts(results: dict, run: Path, commit: str, host: str) -> dict:
+def verdicts(found: dict[str, Verdict], run: Path, commit: str, host: str) -> dict:
     """What `verdicts` writes: the run's statuses by pair, with where they came from."""
     manifest = json.loads((Path(run) / "run.json").read_text()) if (Path(run) / "run.json").is_file() else {}
     return {"run_id": manifest.get("run_id", Path(run).name),
             "commit": commit or (manifest.get("git") or {}).get("commit"),
             "device": manifest.get("device"), "gpu_names": manifest.get("gpu_names", []), "host": host,
-            "counts": dict(sorted(Counter(status_of(r) for r in results.values()).items())),
-            "pairs": {k: {"status": status_of(r), "message": r.message[:200]} for k, r in sorted(results.items())}}
+            "counts": dict(sorted(Counter(v.status for v in found.values()).items())),
+            "pairs": {k: {"status": v.status, "message": v.message[:200]} for k, v in sorted(found.items())}}
 
 
 def compare(a: dict, b: dict) -> tuple[list[str], int]:
     """(lines of the report, the number of pairs whose status differs)."""
     both = sorted(set(a) & set(b))
-    differ = [k for k in both if status_of(a[k]) != status_of(b[k])]
+    differ = [k for k in both if a[k].status != b[k].status]
     lines = [f"{len(both)} pair(s) in both runs: {len(both) - len(differ)} with the same status, {len(differ)} differ"]
     for k in differ:
-        lines.append(f"  {k}: {status_of(a[k])} / {status_of(b[k])}")
+        lines.append(f"  {k}: {a[k].status} / {b[k].status}")
         lines.append(f"    A: {a[k].message[:300]}")
         lines.append(f"    B: {b[k].message[:300]}")
     for name, only in (("A", sorted(set(a) - set(b))), ("B", sorted(set(b) - set(a)))):
@@ -234,7 +235,7 @@ def main(argv: list[str]) -> int:
         try:
             if not all(Path(run).is_dir() for run in args.runs):
                 raise BadInput(next(run for run in args.runs if not Path(run).is_dir()), "phases reads run folders")
-            results = [r for run in args.runs for r in load(Path(run)).values()]
+            results = [r for run in args.runs for r in results_of(Path(run)).values()]
             walls = [float(w) for w in args.walls.split(",") if w.strip()]
         except (BadInput, ValueError) as exc:
             print(f"corpus_verdicts: {exc}", file=sys.stderr)
