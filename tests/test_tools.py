@@ -434,6 +434,13 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
         (run / f"p-s{i}.json").write_text(json.dumps(result))
     assert corpus_verdicts.main(["phases", str(run)]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == ["compiles by nice: 10: 1, 19: 1", "compiles by jobs: 2: 2"]
+    for i, end in enumerate(range(40, 90, 10), start=3):   # eight results, one finished each 10 s: the rate after the first two
+        result = {**json.loads((run / "p-s2.json").read_text()), "finished_at": f"2026-12-02T10:0{end // 60}:{end % 60:02d}+00:00"}
+        result["solution"]["name"] = f"s{i}"
+        (run / f"p-s{i}.json").write_text(json.dumps(result))
+    assert corpus_verdicts.main(["phases", str(run)]) == 0
+    assert "after the first quarter: 5 more finished in the 50 s from finish 3 to the last: 360 an hour" in \
+        capsys.readouterr().out.splitlines()
 
 
 def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():

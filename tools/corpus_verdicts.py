@@ -134,11 +134,28 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
              + (f"; lanes idle {max(0.0, 1 - busy / (wall * lanes)):.0%} of {lanes} x {wall:.0f} s" if wall else "")]
     if lanes == 1 and len(walls) <= 1:
         lines += lane_start(results)
+    lines += steady(results)
     for field in ("nice", "jobs"):   # build.stagger's: each compile's nice and MAX_JOBS
         seen_by = Counter(e[field] for e in seen.values() if e.get(field) is not None)
         if seen_by:
             lines.append(f"compiles by {field}: " + ", ".join(f"{k}: {n}" for k, n in sorted(seen_by.items())))
     return lines
+
+
+def steady(results: list, least: int = 8) -> list[str]:
+    """The rate after the run's first quarter of results: from the (n/4 + 1)-th finish to the last,
+    so that the first wave's builds (all started at once, before the precompiled header is made)
+    and the run's own start are left out; a run of thousands goes at about this rate."""
+    from datetime import datetime
+    ends = sorted(datetime.fromisoformat(r.finished_at).timestamp() for r in results if r.finished_at)
+    if len(ends) < least:
+        return []
+    k = len(ends) // 4
+    span, more = ends[-1] - ends[k], len(ends) - 1 - k
+    if span <= 0:
+        return []
+    return [f"after the first quarter: {more} more finished in the {span:.0f} s from finish {k + 1} to the last: "
+            f"{3600 * more / span:.0f} an hour"]
 
 
 def lane_start(results: list, gap_s: float = 0.3) -> list[str]:
