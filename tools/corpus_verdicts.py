@@ -25,8 +25,9 @@ resumed over several calls: give each call's run folder, or the one folder and `
 calls) cost: solutions an hour over the calls' wall time, each recipe's build wall and CPU seconds
 (those built, not found cached; how many read a precompiled header), the lane's time a pair (every
 phase but the build) and the lanes' idle share; for one lane over one call, when its first pair
-began and how long it waited between pairs after it; and the compiles by nice and by MAX_JOBS where
-the records say (build.stagger).
+began and how long it waited between pairs after it; the rate after the run's first quarter (from
+finish n/4 + 1 to the last: what a run of thousands approaches, without the first wave's builds); and
+the compiles by nice and by MAX_JOBS where the records say (build.stagger).
 """
 from __future__ import annotations
 
