@@ -441,6 +441,8 @@ def test_corpus_phases_counts_a_shared_recipe_once_and_the_lanes_idle_time(tmp_p
     assert corpus_verdicts.main(["phases", str(run)]) == 0
     assert "after the first quarter: 5 more finished in the 50 s from finish 3 to the last: 360 an hour" in \
         capsys.readouterr().out.splitlines()
+    assert corpus_verdicts.main(["phases", str(run), "--walls", "40,50"]) == 0   # a run over two calls: no such line
+    assert "after the first quarter" not in capsys.readouterr().out
 
 
 def test_ptx_diff_compares_entries_up_to_names_labels_and_register_numbers():

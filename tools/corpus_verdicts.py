@@ -25,8 +25,9 @@ resumed over several calls: give each call's run folder, or the one folder and `
 calls) cost: solutions an hour over the calls' wall time, each recipe's build wall and CPU seconds
 (those built, not found cached; how many read a precompiled header), the lane's time a pair (every
 phase but the build) and the lanes' idle share; for one lane over one call, when its first pair
-began and how long it waited between pairs after it; the rate after the run's first quarter (from
-finish n/4 + 1 to the last: what a run of thousands approaches, without the first wave's builds); and
+began and how long it waited between pairs after it; over one call, the rate after the run's first
+quarter (from finish n/4 + 1 to the last: what a run of thousands approaches, without the first
+wave's builds); and
 the compiles by nice and by MAX_JOBS where the records say (build.stagger).
 """
 from __future__ import annotations
@@ -135,7 +136,8 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
              + (f"; lanes idle {max(0.0, 1 - busy / (wall * lanes)):.0%} of {lanes} x {wall:.0f} s" if wall else "")]
     if lanes == 1 and len(walls) <= 1:
         lines += lane_start(results)
-    lines += steady(results)
+    if len(walls) <= 1:        # over several calls the finishes span the gaps between them
+        lines += steady(results)
     for field in ("nice", "jobs"):   # build.stagger's: each compile's nice and MAX_JOBS
         seen_by = Counter(e[field] for e in seen.values() if e.get(field) is not None)
         if seen_by:
