@@ -27,8 +27,7 @@ calls) cost: solutions an hour over the calls' wall time, each recipe's build wa
 phase but the build) and the lanes' idle share; for one lane over one call, when its first pair
 began and how long it waited between pairs after it; over one call, the rate after the run's first
 quarter (from finish n/4 + 1 to the last: what a run of thousands approaches, without the first
-wave's builds); and
-the compiles by nice and by MAX_JOBS where the records say (build.stagger).
+wave's builds); and the compiles by nice and by MAX_JOBS where the records say (build.stagger).
 """
 from __future__ import annotations
 
@@ -134,10 +133,8 @@ def phases(results: list, walls: list[float], lanes: int = 1) -> list[str]:
                 else ""),
              f"lane a pair: median {median(lane):.2f} s, sum {busy:.0f} s"
              + (f"; lanes idle {max(0.0, 1 - busy / (wall * lanes)):.0%} of {lanes} x {wall:.0f} s" if wall else "")]
-    if lanes == 1 and len(walls) <= 1:
-        lines += lane_start(results)
-    if len(walls) <= 1:        # over several calls the finishes span the gaps between them
-        lines += steady(results)
+    if len(walls) <= 1:        # over one call only: over several the finishes span the gaps between them
+        lines += (lane_start(results) if lanes == 1 else []) + steady(results)
     for field in ("nice", "jobs"):   # build.stagger's: each compile's nice and MAX_JOBS
         seen_by = Counter(e[field] for e in seen.values() if e.get(field) is not None)
         if seen_by:
