@@ -176,3 +176,9 @@ def test_build_stagger_auto_staggers_cuda_runs_of_this_host_only():
     assert [build_stagger("auto", d) for d in ("cuda", "cpu")] == [True, False]
     assert build_stagger("on", "cpu") and not build_stagger("off", "cuda")
     assert not build_stagger("on", "cuda", "ray") and not build_stagger("auto", "cuda", "ray")
+
+
+def test_worker_start_auto_forks_cuda_workers_only():
+    from harness.core.config import worker_start
+    assert [worker_start("auto", d) for d in ("cuda", "cpu")] == ["fork", "exec"]
+    assert worker_start("exec", "cuda") == "exec" and worker_start("fork", "cpu") == "fork"

@@ -214,12 +214,16 @@ def build_stagger(setting: str, device: str, cluster: str = "local") -> bool:
 
 
 def worker_start(setting: str, device: str) -> str:
-    """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is exec
-    on every device. A forked worker starts CUDA in a child of a process that imported torch; since
-    its server sees no device (forkserver.serve) the CUDA clock red team passes with it (an H200 host,
-    docs/harness-perf.md), but the GPU smoke and an A/A have not run with it on."""
-    if setting == "auto" or sys.platform != "linux":
+    """timing.worker_start's setting as a start method for a lane's workers on `device`: auto is fork
+    for CUDA runs on Linux (a worker's start without torch's import: about 8 of its 11 CPU-s on a GPU
+    host; an H100 host's A/A of fork against exec, 8 of 8 intervals holding 1.0, and the CUDA clock
+    red team passing with it: docs/harness-perf.md), exec on the CPU, where a forked worker inherits
+    the server's torch thread pool (two threads where a sandboxed exec'd worker has one: the CPU clock
+    red team's "the patch took" check read 27.8 ms a call against 2.16)."""
+    if sys.platform != "linux":
         return "exec"
+    if setting == "auto":
+        return "fork" if device == "cuda" else "exec"
     return setting
 
 
