@@ -234,22 +234,29 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
   auto stage = [&](int i) {
     int col = col_first, q = q_first, a = a_first;
     while (a < khn) {
-      if constexpr (!BF) {
-        const int ih = ih_first[a] + i, iw = iw_lo + col, ci = 4 * q;
-        const bool in = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;
-        const T* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
+      const int ih = ih_first[a] + i, iw = iw_lo + col, ci = 4 * q;
+      const bool in = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;
+      const T* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
+      if constexpr (std::is_same<T, float>::value) {
         const uint32_t dst = xs_base + ((a * s.ncol + col) * s.cips + ci) * 4;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const bool ok = in && ci + k < s.cin_g;
           cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
         }
-      } else {
+      } else {  // bf16: four loads, then one shared store
         uint32_t h[4];
-        fetch(a, col, 4 * q, i, h);
-        put(a, col, 4 * q, h);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) h[k] = in && ci + k < s.cin_g ? __bfloat16_as_ushort(src[k * plane_in]) : 0u;
+        put(a, col, ci, h);
       }
-      advance(col, q, a);
+      col += step_col;
+      const int c1 = col >= s.ncol;
+      col -= c1 ? s.ncol : 0;
+      q += step_q + c1;
+      const int c2 = q >= squads;
+      q -= c2 ? squads : 0;
+      a += step_a + c2;
     }
     cp_async_commit();
   };
