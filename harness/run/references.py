@@ -120,9 +120,21 @@ class References:
             return {"measured": False}
         loosest = job["config"]["correctness"][classes(job["config"]["precision"])[-1]]
         tolerance = SimpleNamespace(atol=loosest["atol"], rtol=loosest["rtol"], rel_l2=loosest["rel_l2"])
+        def exact():  # the two draws' outputs in float64 (checks.dependence: only for an output near zero)
+            import torch
+
+            from ..verdict.numerics import float64_copy
+            try:
+                model64 = float64_copy(model, self.lane.device)
+                outs = [model64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                  for x in draw]) for draw in pool.pool[:2]]
+            except Exception:  # noqa: BLE001 - no float64 forward (an op without one, no room): not measured
+                return None
+            return outs if all(isinstance(o, torch.Tensor) and o.shape == first.shape for o in outs) else None
+
         try:
             first = model(*pool.pool[0])
-            return dependence((first, model(*pool.pool[1])), tolerance)
+            return dependence((first, model(*pool.pool[1])), tolerance, exact)
         except Exception as exc:  # noqa: BLE001 - not measured (e.g. no room): no flag
             return {"measured": False, "why": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 

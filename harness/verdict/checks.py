@@ -4,7 +4,8 @@
     can be told from a cheap one. Its outputs for two independent input draws are compared as a
     solution's output is, in the loosest class of the run: where the second would pass for the
     first, where one fixed output (their expected value) would lie within the class's rel L2 bound
-    of both, or where an output is constant or zero, the problem is `degenerate_problem` (KernelBench's
+    of both, where an output is constant or zero, or where it is rounding noise around zero (41: a
+    mean over a group-normalised tensor), the problem is `degenerate_problem` (KernelBench's
     level-2 problems 80 and 83 always output zero; 36 outputs its bias whatever the input; on
     10, 42, 44 and 91 another input's output passes KernelBench's own check). Every result of it
     is flagged, and its speedups are left out of geometric means by default.
@@ -23,13 +24,17 @@ import math
 from typing import Any
 
 
-def dependence(outputs: tuple[Any, Any], tolerance) -> dict[str, Any]:
+def dependence(outputs: tuple[Any, Any], tolerance, exact=None) -> dict[str, Any]:
     """The reference's outputs for two independent input draws: their relative L2 difference,
     whether either is constant or zero, whether the second passes for the first at `tolerance`
-    (the run's loosest class), and the verdict `degenerate`."""
+    (the run's loosest class), whether they are rounding noise around zero, and the verdict
+    `degenerate`. `exact`: a function giving the two draws' outputs in float64, called only where
+    both outputs lie within atol of zero: where the reference's own error on them is above the rel
+    L2 bound, the bound is NOISE_FACTOR x that error (judge.PairJudgement._within_noise), and
+    where that is 1 or more a zero output passes for every input."""
     import torch
 
-    from .numerics import compare
+    from .numerics import NOISE_FACTOR, compare, rel_l2 as relative
     a, b = outputs
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape or not a.numel():
         return {"measured": False}
@@ -43,13 +48,23 @@ def dependence(outputs: tuple[Any, Any], tolerance) -> dict[str, Any]:
     # (two independent draws differ by sqrt(2) x their spread): within the class's bound, a
     # solution that ignores its inputs could pass
     fixed = rel_l2 / math.sqrt(2) <= tolerance.rel_l2
+    noise = None
+    if not zero and exact is not None and bool((a64.abs() <= tolerance.atol).all() and (b64.abs() <= tolerance.atol).all()):
+        truths = exact()
+        if truths is not None:
+            noise = min(relative(out, truth) for out, truth in zip((a, b), truths))
+    # a zero output's rel L2 is 1: it passes where the bound is NOISE_FACTOR x the noise
+    noisy = noise is not None and noise > tolerance.rel_l2 and NOISE_FACTOR * noise >= 1
     why = ("its output is zero for both inputs" if zero else "its output is constant for both inputs" if constant
+           else f"its output is rounding noise around zero (within atol of it for both inputs, the float32 "
+                f"reference's own error on them rel L2 {noise:.2g}): a zero output passes" if noisy
            else f"its output for another input passes for this one (rel L2 {rel_l2:.2g})" if passes
            else f"one fixed output would lie within the class's rel L2 bound of every input's (two inputs' outputs "
                 f"differ by rel L2 {rel_l2:.2g}, {rel_l2 / math.sqrt(2):.2g} from their mean; bound "
                 f"{tolerance.rel_l2:.2g})" if fixed else "")
     return {"measured": True, "rel_l2": rel_l2, "zero": zero, "constant": constant, "another_input_passes": passes,
-            "fixed_output_passes": fixed, "degenerate": bool(why), "why": why}
+            "fixed_output_passes": fixed, **({"noise_rel_l2": noise} if noise is not None else {}),
+            "degenerate": bool(why), "why": why}
 
 
 def peak_bandwidth(properties) -> float | None:

@@ -14,13 +14,26 @@ from typing import Any
 import torch
 
 from ..isolate.handoff import HandoffError, Imports, overlaps, snapshot
-from .numerics import classify, diagnose_parameters, explain_by_variants, rounded_tolerance
+from .numerics import NOISE_FACTOR, classify, diagnose_parameters, explain_by_variants, rounded_tolerance
 from ..core.precision import casts, loosest
 from ..isolate.sandbox import allocation_failed
 from .asked import checked, never_handed_over, unasked
 from .sample import Taken, TimedSample, same_bits
 from .screen import rounded_floor, screened
 from .truth import ProblemState, TruthCache, Truths
+
+
+def rounding_note(name: str, tol) -> str:
+    """Where an output failed the loosest class, whose rel L2 bound is set from the reference's
+    own rounding errors (numerics.rounded_tolerance): where that bound lies among them."""
+    low, high = tol.rounding["tf32"], tol.rounding["bf16"]
+    if tol.rel_l2 < low:
+        return (f"; the {name} class's rel L2 bound for this output, {tol.rel_l2:.3g} (its most), is below the "
+                f"reference's own error with its operands rounded to TF32 ({low:.2g}): this output needs more "
+                f"than TF32 arithmetic")
+    return (f"; the {name} class's rel L2 bound for this output, {tol.rel_l2:.3g}, lies between the reference's "
+            f"own error with its operands rounded to TF32 ({low:.2g}) and to bf16 ({high:.2g}): this error is not "
+            f"TF32 arithmetic's")
 
 
 class PairJudgement:
@@ -191,16 +204,21 @@ class PairJudgement:
                              if getattr(tol, "between", None) is not None else tol)
                       for name, tol in self.tol.items()}
         cls, comparison = self.compare(taken.out, truth, expected_dtype, tolerances)
+        noise = None
+        if cls is None and comparison.mismatched == 0 and self.precision == "float64":
+            cls, comparison, noise = self._within_noise(entry, taken, truth, expected_dtype, tolerances, comparison)
         result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
+        if noise is not None:
+            result["noise_rel_l2"] = noise
+            result["message"] += (f"; the float32 reference's own error on this output, rel L2 {noise:.2g}, is "
+                                  f"above the class's nominal bound (the output is rounding noise): its bound "
+                                  f"was {NOISE_FACTOR:g}x that error")
         for name, tol in bounds.items():
             result.setdefault("rel_l2_bounds", {})[name] = tol.rel_l2
             if getattr(tol, "rounding", None):
                 result["rounding"] = tol.rounding
-                if cls is None and name == list(self.tol)[-1]:
-                    result["message"] += (f"; the {name} class's rel L2 bound for this output, {tol.rel_l2:.3g}, "
-                                          f"lies between the reference's own error with its operands rounded "
-                                          f"to TF32 ({tol.rounding['tf32']:.2g}) and to bf16 "
-                                          f"({tol.rounding['bf16']:.2g}): this error is not TF32 arithmetic's")
+                if cls is None and noise is None and name == list(self.tol)[-1]:
+                    result["message"] += rounding_note(name, tol)
         if cls is None and not self.explained and comparison.max_abs_error is not None:
             self.explained = True  # one try per pair: each variant costs a float64 forward
             explanation = explain_by_variants(self.truths.reference(entry["shape"])["model"], taken.inputs,
@@ -208,6 +226,27 @@ class PairJudgement:
             if explanation:
                 result["message"] = f"{explanation}; {result['message']}"
         return result
+
+    def _within_noise(self, entry: dict[str, Any], taken: Taken, truth: torch.Tensor, expected_dtype,
+                      tolerances: dict[str, Any], comparison):
+        """An output within every element's bound that failed only the rel L2 bound, judged again
+        where the float32 reference's own error on it is above a class's bound: there the bound
+        would reject the reference itself (KernelBench level 2's problem 41, a mean over a
+        group-normalised tensor, whose truth is 0 to 1e-17 and every float32 output rounding noise
+        of 1e-8), so it becomes NOISE_FACTOR x that error. (class or None, comparison, the
+        reference's error where it set a bound, else None.) No class's bound is below the least
+        nominal one (a rounded bound is at least the fp32 class's)."""
+        noise = self.truths.own_error(entry["shape"], entry["seed"], taken.inputs, truth)
+        if noise is None or noise <= min(tol.rel_l2 for tol in self.tol.values()):
+            return None, comparison, None
+
+        def at_noise(tol):
+            tol = tol() if callable(tol) else tol
+            return SimpleNamespace(**{**vars(tol), "rel_l2": NOISE_FACTOR * noise}) if tol.rel_l2 < noise else tol
+
+        loosened = {name: functools.partial(at_noise, tol) for name, tol in tolerances.items()}
+        cls, again = self.compare(taken.out, truth, expected_dtype, loosened)
+        return cls, again, noise
 
     def rounded(self, name: str, entry: dict[str, Any], inputs: list, truth: torch.Tensor,
                 bounds: dict[str, Any]):
@@ -219,8 +258,8 @@ class PairJudgement:
 
     def take_state(self, entry: dict[str, Any], payload: bytes, device: str) -> None:
         """ModelNew's parameters against the reference's, after matched-seed construction."""
-        reference = self.truths.reference(0)["model"]
-        expected = {k: v.detach() for k, v in reference.state_dict().items()}
+        shape = self.truths.reference(0)
+        reference, expected = shape["model"], shape["state"]
         try:
             with Imports(device) as imports:
                 state = {name: snapshot(imports.tensor(m, payload), device)

@@ -91,7 +91,12 @@ class ProblemState:
                                   dtype=dtype)
             finally:
                 self._set(saved)
-            self.shapes[key] = {"model": model, "model64": None, "dtype": None}
+            # "state": its parameters and buffers as constructed (the weight check's), the buffers
+            # copied before a call of the run changes one (a BatchNorm in training mode updates
+            # its running statistics); parameters are not copied (a forward leaves them as they are)
+            buffers = {name for name, _ in model.named_buffers()}
+            state = {k: v.detach().clone() if k in buffers else v.detach() for k, v in model.state_dict().items()}
+            self.shapes[key] = {"model": model, "model64": None, "dtype": None, "state": state}
         return self.shapes[key]
 
     def inputs(self, overrides: dict[str, Any], seed: int, dtype: str | None = None) -> list:
@@ -171,8 +176,20 @@ class Truths:
         it (max |r - truth| and rel L2), kept for the run per output key. The screen's bound for
         a shape is the largest over its trials' seeds."""
         key = self.key(shape_index, seed)
-        if key in self.judge.reference_errors:
-            return
+        if key not in self.judge.reference_errors:
+            self.judge.reference_errors[key] = self._strict_errors(shape_index, inputs, truth)
+
+    def own_error(self, shape_index: int, seed: int, inputs: list, truth: torch.Tensor) -> float | None:
+        """The float32 reference's own rel L2 error on this output: its trial's, where kept, else
+        computed now and not kept (the screen's bound is over the shape's trials only)."""
+        key = self.key(shape_index, seed)
+        errors = (self.judge.reference_errors[key] if key in self.judge.reference_errors
+                  else self._strict_errors(shape_index, inputs, truth))
+        return errors["rel_l2"] if errors else None
+
+    def _strict_errors(self, shape_index: int, inputs: list, truth: torch.Tensor) -> dict[str, float] | None:
+        """{max |r - truth|, rel L2} of r, the reference run in float32 with TF32 off on `inputs`;
+        None where r cannot be made or is not finite."""
         errors = None
         with self.counted():
             try:
@@ -184,7 +201,7 @@ class Truths:
                 del r
             except (RuntimeError, TypeError, NotImplementedError):
                 errors = None
-        self.judge.reference_errors[key] = errors
+        return errors
 
     def screen_bound(self, shape_index: int) -> dict[str, Any] | None:
         """The float32 reference's error bound on a new input of this shape: SCREEN_FACTOR times
