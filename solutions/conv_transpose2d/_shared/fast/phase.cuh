@@ -192,45 +192,9 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
   // Input staging of row i with cp.async (zero-filled outside the image and past cin_g): item =
   // (kh_a, channel quad q, column), column fastest; each thread steps by PHASE_THREADS with a
   // mixed-radix counter (no divisions in the loop). Input row of kh_a for row i: ih_first[a] + i.
-  // A bf16 x (BF) is loaded by plain 2-byte loads instead (four channel planes an item), and only
-  // the quads that hold channels are walked (squads): the quads the MMA's K pads past cin_g are
-  // zeroed once, as nothing else writes them and the block's khn is every row's (issue 77: 75's 8
-  // channels a group are half of the bf16 MMA's K of 16).
-  constexpr bool BF = !std::is_same<T, float>::value;
-  const int squads = BF ? (s.cin_g + 3) / 4 : quads;
   const int step_col = PHASE_THREADS % s.ncol, carry = PHASE_THREADS / s.ncol;
-  const int step_q = carry % squads, step_a = carry / squads;
-  const int col_first = tid % s.ncol, q_first = (tid / s.ncol) % squads, a_first = tid / (s.ncol * squads);
-  auto advance = [&](int& col, int& q, int& a) {
-    col += step_col;
-    const int c1 = col >= s.ncol;
-    col -= c1 ? s.ncol : 0;
-    q += step_q + c1;
-    const int c2 = q >= squads;
-    q -= c2 ? squads : 0;
-    a += step_a + c2;
-  };
-  // bf16: item (a, col, ci)'s four channels as their bits (0 past cin_g or outside the image), and
-  // their shared store: two channel pairs in one 8-byte store (TC 2: x as it is), or widened to fp32
-  // in one 16-byte store (exact: a bf16 is a float's high half); visible after the next barrier
-  auto fetch = [&](int a, int col, int ci, int i, uint32_t* h) {
-    const int ih = ih_first[a] + i, iw = iw_lo + col;
-    const bool in = ih >= 0 && ih < s.Hin && iw >= 0 && iw < s.Win;
-    const T* src = in ? xg + (int64_t)ci * plane_in + ih * s.Win + iw : xg;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if constexpr (BF) h[k] = in && ci + k < s.cin_g ? __bfloat16_as_ushort(src[k * plane_in]) : 0u;
-      else h[k] = 0u;  // (never called for fp32)
-    }
-  };
-  auto put = [&](int a, int col, int ci, const uint32_t* h) {
-    if constexpr (TC == 2)
-      *reinterpret_cast<uint2*>(xs + (a * s.ncol + col) * s.cips + ci / 2) = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
-    else
-      *reinterpret_cast<float4*>(xs + (a * s.ncol + col) * s.cips + ci) =
-          make_float4(__uint_as_float(h[0] << 16), __uint_as_float(h[1] << 16), __uint_as_float(h[2] << 16),
-                      __uint_as_float(h[3] << 16));
-  };
+  const int step_q = carry % quads, step_a = carry / quads;
+  const int col_first = tid % s.ncol, q_first = (tid / s.ncol) % quads, a_first = tid / (s.ncol * quads);
   auto stage = [&](int i) {
     int col = col_first, q = q_first, a = a_first;
     while (a < khn) {
@@ -244,52 +208,27 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
           const bool ok = in && ci + k < s.cin_g;
           cp_async4(dst + 4 * k, ok ? src + k * plane_in : xg, ok ? 4 : 0);
         }
-      } else {  // bf16: four loads, then one shared store
+      } else if constexpr (TC == 2) {  // bf16 as it is: four loads, two channel pairs, one 8-byte store
         uint32_t h[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) h[k] = in && ci + k < s.cin_g ? __bfloat16_as_ushort(src[k * plane_in]) : 0u;
-        put(a, col, ci, h);
+        *reinterpret_cast<uint2*>(xs + (a * s.ncol + col) * s.cips + ci / 2) = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+      } else {  // bf16: four loads, widened, one 16-byte shared store (visible after the next barrier)
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = in && ci + k < s.cin_g ? in_float(src[k * plane_in]) : 0.f;
+        *reinterpret_cast<float4*>(xs + (a * s.ncol + col) * s.cips + ci) = make_float4(v[0], v[1], v[2], v[3]);
       }
       col += step_col;
       const int c1 = col >= s.ncol;
       col -= c1 ? s.ncol : 0;
       q += step_q + c1;
-      const int c2 = q >= squads;
-      q -= c2 ? squads : 0;
+      const int c2 = q >= quads;
+      q -= c2 ? quads : 0;
       a += step_a + c2;
     }
     cp_async_commit();
   };
-  // bf16: where a thread's items of a row are at most PF, row i + 1's loads are issued into
-  // registers before row i's products and stored after them, so the block's warps do not wait for
-  // them between rows (the fp32 path's cp.async copies are asynchronous already)
-  constexpr int PF = BF ? 4 : 1;
-  const bool prefetch = BF && khn * squads * s.ncol <= PF * PHASE_THREADS;
-  uint32_t held[PF][4];
-  auto fetch_row = [&](int i) {
-    int col = col_first, q = q_first, a = a_first;
-#pragma unroll
-    for (int k = 0; k < PF; ++k) {
-      if (a < khn) fetch(a, col, 4 * q, i, held[k]);
-      advance(col, q, a);
-    }
-  };
-  auto put_row = [&]() {
-    int col = col_first, q = q_first, a = a_first;
-#pragma unroll
-    for (int k = 0; k < PF; ++k) {
-      if (a < khn) put(a, col, 4 * q, held[k]);
-      advance(col, q, a);
-    }
-  };
-  if constexpr (BF) {  // the K's padding quads, once
-    const int zq = quads - squads;
-    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
-    for (int e = tid; e < khn * s.ncol * zq; e += PHASE_THREADS) {
-      const int at = e / zq;  // a * ncol + col
-      put(at / s.ncol, at % s.ncol, 4 * (squads + e % zq), zero);
-    }
-  }
 
   __syncthreads();  // tap tables
   stage(0);
@@ -358,9 +297,6 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
     const int oh = r0 + s.sh * (k0 + i);
     cp_async_wait_0();
     __syncthreads();  // input row i (and the weights) staged; the previous tile is written out
-    if constexpr (BF) {
-      if (prefetch && i + 1 < nrows) fetch_row(i + 1);  // in flight through the products
-    }
     int cb = cb_first, pb = pb_first, ph = ph_first;
     while (ph < s.sw) {
       const int rw = order[ph];
@@ -476,10 +412,7 @@ __device__ __forceinline__ void phase_body(const T* __restrict__ x, const float*
       ph += t_ph + c2;
     }
     __syncthreads();  // tile complete; xs free
-    if (i + 1 < nrows) {
-      if (prefetch) put_row();  // bf16: loaded during the products
-      else stage(i + 1);        // fp32: in flight while the tile is written out
-    }
+    if (i + 1 < nrows) stage(i + 1);  // in flight while the tile is written out
     write_row(oh, std::true_type{});
   }
 }
