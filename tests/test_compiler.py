@@ -1,6 +1,7 @@
 """The compile step (harness/compile/compiler.py compile_recipe) with build.cu_header: a recipe's cuda.cu
 compiled first with torch/extension.h read as torch/types.h ("small"; "lean": a leaner header before
-that), and again with torch's own header where that fails, whose log and error are then the build's. The compiler is replaced here by one that
+that), and again with torch's own header where that fails, whose log and error are then the build's;
+with build.main_header lean, main.cpp's torch/extension.h likewise. The compiler is replaced here by one that
 records its flags and fails where told (the real compiles: tests/test_compile_only.py)."""
 import os
 from pathlib import Path
@@ -15,15 +16,21 @@ CUDA_RECIPE = {"params": {"name": "kb_twice", "cpp_sources": "torch::Tensor f(to
                           "functions": ["f"]}, "callers": []}
 
 
-def _fake_compiler(monkeypatch, fails, seen=None, error=b'cuda.cu(2): error: namespace "torch" has no member "nn"\n'):
-    """A compiler for _build_only that records each attempt's CUDA flags (and in `seen` the sources
-    load_inline wrote) and fails where `fails(flags)`, writing `error`."""
+def _fake_compiler(monkeypatch, fails, seen=None, error=b'cuda.cu(2): error: namespace "torch" has no member "nn"\n',
+                   cxx=False):
+    """A compiler for _build_only that records each attempt's CUDA flags (with `cxx`: its C++ include
+    flags and its CUDA flags) and fails where `fails` of the first of them is true, writing `error`;
+    in `seen`, the sources load_inline wrote."""
     attempts = []
 
     def build_only(cpp_ext):
         def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, *args, **kwargs):
             flags = list(extra_cuda_cflags or [])
-            attempts.append(flags)
+            if cxx:
+                flags = [f for f in extra_cflags or [] if f.startswith("-I")]
+                attempts.append((flags, list(extra_cuda_cflags or [])))
+            else:
+                attempts.append(flags)
             if seen is not None:
                 seen.append({Path(p).name: Path(p).read_text() for p in sources})
             if fails(flags):
@@ -139,3 +146,39 @@ def test_the_lean_headers_are_torchs_types_h_and_extension_h_and_auto_is_lean():
     assert (compiler.CU_HEADER_LEAN / "torch" / "extension.h").read_text().count("#include <torch/types.h>") == 1
     from harness.core.config import cu_header_level
     assert [cu_header_level(s) for s in ("auto", "on", "lean", "off")] == ["lean", "small", "lean", "off"]
+
+
+MAIN_ONLY = b"FAILED: [code=1] main.o \nmain.cpp:3:20: error: 'nn' is not a member of 'torch'\n"
+
+
+def _compile_main(tmp_path, recipe, main_header, pch=None, cu_header="lean"):
+    events = []
+    compiler.compile_recipe(recipe, tmp_path, False, "9.0", lambda kind, **kw: events.append((kind, kw)),
+                            pch=pch, cu_header=cu_header, main_header=main_header)
+    return [kw for kind, kw in events if kind == "build_end"][0]
+
+
+def test_the_lean_main_header_is_read_first_and_torchs_where_main_cpp_needs_more(tmp_path, monkeypatch):
+    """build.main_header lean: main.cpp's torch/extension.h is MAIN_HEADER_LEAN's (or the precompiled
+    folder of it); where only main.o fails, main.cpp is compiled again with torch's, the .cu's
+    header unchanged; full (the default) and a recipe not eligible read torch's."""
+    lean = f"-I{compiler.MAIN_HEADER_LEAN}"
+    attempts = _fake_compiler(monkeypatch, fails=lambda cxx: False, error=MAIN_ONLY, cxx=True)
+    end = _compile_main(tmp_path / "lean", CUDA_RECIPE, "lean")
+    assert attempts == [([lean], [LEAN])] and end["ok"] and end["main_header"] == "lean"
+    attempts = _fake_compiler(monkeypatch, fails=lambda cxx: lean in cxx, error=MAIN_ONLY, cxx=True)
+    end = _compile_main(tmp_path / "again", CUDA_RECIPE, "lean")
+    assert attempts == [([lean], [LEAN]), ([], [LEAN])] and end["ok"]
+    assert end["main_header"].startswith("compiled again with torch's header: ") and "'nn'" in end["main_header"]
+    attempts = _fake_compiler(monkeypatch, fails=lambda cxx: False, error=MAIN_ONLY, cxx=True)
+    end = _compile_main(tmp_path / "pch", CUDA_RECIPE, "lean", pch="/cache/pch/abc")
+    assert attempts == [(["-I/cache/pch/abc"], [LEAN])] and end["main_header"] == "lean"
+    end = _compile_main(tmp_path / "full", CUDA_RECIPE, "full")
+    assert attempts[1:] == [([], [LEAN])] and "main_header" not in end
+    own = {"params": {**CUDA_RECIPE["params"], "no_implicit_headers": True}, "callers": []}
+    end = _compile_main(tmp_path / "own", own, "lean")
+    assert attempts[2:] == [([], [LEAN])] and end["main_header"] == "not eligible"
+    attempts = _fake_compiler(monkeypatch, fails=lambda cxx: True, error=MAIN_ONLY, cxx=True)   # fails with torch's too: its error
+    with pytest.raises(BuildError):
+        _compile_main(tmp_path / "none", CUDA_RECIPE, "lean")
+    assert attempts == [([lean], [LEAN]), ([], [LEAN])]

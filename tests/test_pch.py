@@ -167,3 +167,51 @@ def test_every_device_reads_it_and_the_lean_cu_header_unless_they_are_off(tmp_pa
         assert ctx.compiler().cu_header == header, (device, mode)
     cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"), {"build.cu_header": "lean"})
     assert RunContext("r", cfg, "cuda", "9.0", tmp_path / "cache", tmp_path / "work").compiler().cu_header == "lean"
+
+
+FRONTEND = '''import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="lean_probe_nn", cpp_sources="torch::Tensor add_nn(torch::Tensor a, torch::Tensor b) "
+                  "{ return torch::nn::functional::dropout(a, torch::nn::functional::DropoutFuncOptions().p(0.0)) + b; }",
+                  functions=["add_nn"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.add_nn(a, b)
+'''
+PLAIN = FRONTEND.replace("lean_probe_nn", "lean_probe").replace("add_nn", "add_plain").replace(
+    "torch::nn::functional::dropout(a, torch::nn::functional::DropoutFuncOptions().p(0.0))", "a.clone()")
+
+
+def test_the_lean_main_header_builds_what_runs_and_torchs_header_builds_the_frontend(tmp_path):
+    """build.main_header lean on the CPU, real compiles: a main.cpp that needs only tensors builds
+    with the lean header (precompiled, once the flag set is asked for again) and is right; one that
+    uses torch's C++ frontend (torch::nn) fails with it and is built again with torch's header, and
+    is right too. The precompiled lean header is the lean header's text beside its .gch."""
+    from harness.core.problems import problem_from_path
+    from harness.core.solutions import Pair, solution_from_path
+    from harness.run.runner import evaluate
+    from conftest import ADD_PROBLEM
+    (tmp_path / "sol").mkdir()
+    paths = []
+    for name, text in (("lean_plain", PLAIN), ("lean_plain_again", PLAIN.replace("lean_probe", "lean_probe2")),
+                       ("lean_frontend", FRONTEND)):
+        paths.append(tmp_path / "sol" / f"{name}.py")
+        paths[-1].write_text(text)
+    cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
+                         {"results_dir": str(tmp_path / "results"), "build.cache_dir": str(tmp_path / "cache"),
+                          "build.main_header": "lean", "build.jobs": 1})
+    pairs = [Pair(problem_from_path(ADD_PROBLEM), solution_from_path(p)) for p in paths]
+    results = {r.solution["name"]: r for r in evaluate(pairs, cfg, run_id="lean", out=lambda line: None)}
+    for name in ("lean_plain", "lean_plain_again", "lean_frontend"):
+        assert results[name].status.value == "ok", (name, results[name].message)
+    header = {name: results[name].build["extensions"][0]["main_header"] for name in results}
+    assert header["lean_plain"] == header["lean_plain_again"] == "lean", header
+    assert header["lean_frontend"].startswith("compiled again with torch's header: ") and "nn" in header["lean_frontend"]
+    assert [results[name].build["extensions"][0]["pch"] for name in ("lean_plain", "lean_plain_again")] == \
+        ["asked once so far", "being made"]
+    folder = Path(pch.make(tmp_path / "cache" / "pch", False, [], "make", lean=True)["folder"])   # made, or waited for
+    assert (folder / pch.GCH).is_file()
+    assert (folder / pch.GCH.with_suffix("")).read_text() == (pch.MAIN_HEADER_LEAN / "torch" / "extension.h").read_text()

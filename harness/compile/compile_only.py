@@ -146,7 +146,8 @@ def compile_solutions(files: list[Path], cfg, *, arch: str = "9.0", jobs: int | 
     # package's metadata may leave out the local label (the GPU host's torch: "2.11.0" against
     # "2.11.0+cu130"), and a name of another version made every recipe "ended without its library"
     compiler = Compiler(cache_dir, torch.__version__, arch, plan, hidden, env, cfg.timeouts.build_s,
-                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header), step_start(cfg.build.start))
+                        cfg.build.pch != "off", cu_header_level(cfg.build.cu_header), step_start(cfg.build.start),
+                        main_header=cfg.build.main_header)
     known = discover()
 
     def build_step(path: Path) -> dict:

@@ -32,6 +32,7 @@ from typing import Any
 from .build import LOG_NAME, BuildError, _capture_fds, build_key, first_errors, folder_of
 from ..core.events import EventWriter
 from .inline import Layout, candidate_files, describe_build_error
+from .pch import MAIN_HEADER_LEAN, eligible
 from ..isolate.isolation import die_with_parent
 
 # A folder whose torch/extension.h is torch/types.h, which load_inline prepends to every cuda.cu:
@@ -106,12 +107,14 @@ def _first_error_line(log: str) -> str:
 
 
 def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool, arch: str, emit,
-                   pch: str | None = None, cu_header: str = "off") -> Path:
+                   pch: str | None = None, cu_header: str = "off", main_header: str = "full") -> Path:
     """Build `recipe` for `arch` in build_root/<its folder>; its folder, or BuildError. `pch`: a
-    folder holding a precompiled torch/extension.h for main.cpp. `cu_header`: a level of
-    HEADER_RUNGS: its cuda.cu compiled with each of its folders in turn until one builds, the last
-    without any (the build that counts where the others fail: its log, its error); `build_end` says
-    which in `cu_header`."""
+    folder holding a precompiled torch/extension.h for main.cpp (MAIN_HEADER_LEAN's where
+    `main_header` is lean). `cu_header`: a level of HEADER_RUNGS: its cuda.cu compiled with each of
+    its folders in turn until one builds, the last without any (the build that counts where the
+    others fail: its log, its error); `build_end` says which in `cu_header`. `main_header` lean: an
+    eligible main.cpp (pch.eligible) compiled first with MAIN_HEADER_LEAN's torch/extension.h, and
+    where only main.o fails, again with torch's; `build_end` says which in `main_header`."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
 
@@ -127,26 +130,37 @@ def compile_recipe(recipe: dict[str, Any], build_root: Path, compile_only: bool,
     emit("build_start", **info)
     layout = Layout.of(params["cpp_sources"], params.get("cuda_sources"), bool(params.get("no_implicit_headers")))
     log_path = build_dir / "harness_build.current.log"
-    jit_compile = _with_include(make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext), cxx=pch)
+    jit_compile = make_jit_compile(Path(build_root)) if compile_only else _build_only(cpp_ext)
     start, cpu = time.monotonic(), _children_cpu_s()
     rungs = HEADER_RUNGS[cu_header] if params.get("cuda_sources") else (None,)
     if cu_header != "off" and not params.get("cuda_sources"):
         info["cu_header"] = "no cuda sources"
-    failed_lean = ""
-    for folder in rungs:
-        cpp_ext._jit_compile = _with_include(jit_compile, cuda=str(folder) if folder else None)
+    # main.cpp's include folders in turn: the lean header's (precompiled where `pch`), then torch's own
+    mains = [pch or str(MAIN_HEADER_LEAN), None] if main_header == "lean" and eligible(params) else [pch]
+    if main_header == "lean":
+        info["main_header"] = "lean" if len(mains) == 2 else "not eligible"
+    failed_lean, rung, at = "", 0, 0
+    while True:
+        folder = rungs[rung]
+        cpp_ext._jit_compile = _with_include(jit_compile, cxx=mains[at], cuda=str(folder) if folder else None)
         try:
             with _capture_fds(log_path):  # a copy each time: load_inline adds its headers to the lists it is given
                 cpp_ext.load_inline(**copy.deepcopy(params), build_directory=str(build_dir), verbose=True)
         except Exception as exc:  # noqa: BLE001 - a failed build is the recipe's, with its log
             log = log_path.read_text(errors="replace")
+            if at + 1 < len(mains) and _only_main_failed(log):  # main.cpp needs more: torch's own header
+                info["main_header"] = f"compiled again with torch's header: {_first_error_line(log)}"
+                at += 1
+                continue
             if folder and _only_main_failed(log):
                 info["cu_header"] = f"{_READ[folder]}; main.cpp failed, which does not read it"
             elif folder == CU_HEADER_LEAN:  # the .cu needs more: the next rung
                 failed_lean = f" (the lean header failed: {_first_error_line(log)})"
+                rung += 1
                 continue
             elif folder:  # the .cu needs torch's whole header: compiled again with it, the build that counts
                 info["cu_header"] = f"compiled again with torch's header: {_first_error_line(log)}"
+                rung += 1
                 continue
             if str(exc) and str(exc) not in log:
                 log += f"\n{type(exc).__name__}: {exc}\n"
@@ -176,7 +190,8 @@ def main(argv: list[str]) -> None:
         if not request.get("keep_nice"):   # build.stagger: the build thread's nice is already its place's
             os.nice(10)  # compiling yields the CPU to the lanes' timed calls
         compile_recipe(request["recipe"], Path(request["build_root"]), bool(request.get("compile_only")),
-                       request["arch"], events.emit, request.get("pch"), request.get("cu_header") or "off")
+                       request["arch"], events.emit, request.get("pch"), request.get("cu_header") or "off",
+                       request.get("main_header") or "full")
         events.emit("done")
     except BuildError as exc:
         events.emit("error", status="build_error", message=str(exc), detail=exc.log[-20000:], phase="build")

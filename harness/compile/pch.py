@@ -45,6 +45,9 @@ from typing import Any
 from ..isolate.isolation import popen
 
 GCH = Path("torch") / "extension.h.gch"
+# build.main_header lean: a folder whose torch/extension.h leaves out torch's C++ frontend (its comment
+# says what it holds); precompiled like torch's own for such a recipe (header_for's `lean`)
+MAIN_HEADER_LEAN = Path(__file__).resolve().parent / "main_header_lean"
 LAYOUT = 2      # in the folder's key: 2 = the header copied beside its .gch (1's folders lack it)
 KEEP = 4
 # flags that change how the header is compiled but name no file and run no program
@@ -68,9 +71,11 @@ def eligible(params: dict[str, Any]) -> bool:
             and all(isinstance(f, str) and (not f or SAFE.fullmatch(f)) for f in flags))
 
 
-def header_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> tuple[str | None, str]:
+def header_for(root: Path, params: dict[str, Any], env: dict[str, str],
+               lean: bool = False) -> tuple[str | None, str]:
     """(the folder to put on the recipe's C++ include path or None, why: "read", "not eligible",
-    "asked once so far", "being made", "failed: ..."). Memoized per flag set for the process's
+    "asked once so far", "being made", "failed: ..."). `lean`: the header precompiled is
+    MAIN_HEADER_LEAN's (build.main_header), not torch's. Memoized per flag set for the process's
     life. The ask that makes one does not wait for it: the header is precompiled by a thread of this
     process (its helper a child process) while that recipe and the others asked meanwhile compile
     without it, so builds started together are not held up by it (docs/harness-perf.md)."""
@@ -78,7 +83,7 @@ def header_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> tuple
         return None, "not eligible"
     with_cuda = params.get("with_cuda")
     with_cuda = bool(params.get("cuda_sources")) if with_cuda is None else bool(with_cuda)
-    signature = (str(root), with_cuda, tuple(f for f in params.get("extra_cflags") or [] if f))
+    signature = (str(root), with_cuda, tuple(f for f in params.get("extra_cflags") or [] if f), lean)
     with _lock:
         known = _memo.get(signature, _UNKNOWN)
         if known is None:
@@ -88,7 +93,7 @@ def header_for(root: Path, params: dict[str, Any], env: dict[str, str]) -> tuple
         if known is not _UNKNOWN and (Path(known) / GCH).is_file():
             os.utime(known)
             return known, "read"
-    request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2])}
+    request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2]), "lean": lean}
     answer = _helper(request, env, "ask")
     if answer.get("why") == "to make":
         with _lock:
@@ -193,7 +198,7 @@ def _prune(root: Path, keep: int = KEEP) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both") -> dict[str, Any]:
+def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both", lean: bool = False) -> dict[str, Any]:
     """`what` "ask": {"folder": ...} where the header for these flags is made; else count the ask
     (beside it) and answer {"why": "first"} the first time, {"why": "being made"} while a helper
     makes it, {"why": "to make"} from the second time. "make": precompile it now (or wait for the
@@ -204,7 +209,8 @@ def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both
     with tempfile.TemporaryDirectory(dir=root) as scratch:
         cxx, flags, post = _torch_flags(with_cuda, extra_cflags, Path(scratch))
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(json.dumps([torch.__version__, cxx, version, flags, post, LAYOUT]).encode()).hexdigest()[:20]
+    key = hashlib.sha256(json.dumps([torch.__version__, cxx, version, flags, post, LAYOUT]
+                                    + (["lean"] if lean else [])).encode()).hexdigest()[:20]
     folder = root / key
     if what in ("ask", "both"):
         answer = _ask(root, key)
@@ -215,7 +221,7 @@ def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both
         if (folder / GCH).is_file():
             os.utime(folder)
             return {"folder": str(folder)}
-        answer = _precompile(folder, cxx, flags, post)
+        answer = _precompile(folder, cxx, flags, post, lean)
     if answer.get("folder"):
         _prune(root)
     return answer
@@ -242,12 +248,14 @@ def _ask(root: Path, key: str) -> dict[str, Any]:
         return {"why": "first"} if asked < 2 else {"why": "to make"}
 
 
-def _precompile(folder: Path, cxx: str, flags: list[str], post: list[str]) -> dict[str, Any]:
-    """torch/extension.h precompiled into `folder` (through a staging folder beside it, removed
-    whatever ends the compile: a SIGTERM of the helper exits through here)."""
+def _precompile(folder: Path, cxx: str, flags: list[str], post: list[str], lean: bool = False) -> dict[str, Any]:
+    """torch/extension.h (MAIN_HEADER_LEAN's where `lean`) precompiled into `folder` (through a
+    staging folder beside it, removed whatever ends the compile: a SIGTERM of the helper exits
+    through here)."""
     import torch
     import torch.utils.cpp_extension as cpp_ext
-    header = Path(cpp_ext.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
+    header = (MAIN_HEADER_LEAN if lean else Path(cpp_ext.__file__).resolve().parents[1] / "include") \
+        / "torch" / "extension.h"
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         (staging / GCH.parent).mkdir(parents=True)
@@ -274,4 +282,4 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # through make's cleanup
     request = json.loads(sys.argv[1])
     print(json.dumps(make(Path(request["root"]), bool(request["with_cuda"]), list(request["extra_cflags"]),
-                          request.get("what", "both"))))
+                          request.get("what", "both"), bool(request.get("lean")))))

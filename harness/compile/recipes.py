@@ -117,6 +117,7 @@ class Compiler:
     cu_header: str = "off"               # the headers cuda.cu is compiled with in turn (compiler.py HEADER_RUNGS)
     start: str = "exec"                  # how the step starts (isolation.run_module: exec | fork; build.start)
     keep_nice: bool = False              # the compilers keep the build thread's nice (build.stagger), else 10 more
+    main_header: str = "full"            # main.cpp's torch/extension.h: full | lean (compiler.py, build.main_header)
 
     def folder(self, recipe: dict[str, Any]) -> Path:
         """The recipe's cache folder, from its own arguments (not from what the build step said)."""
@@ -131,13 +132,14 @@ class Compiler:
         name = recipe["params"]["name"]
         scratch = where / "scratch"
         build_root = scratch / "builds" if self.plan["mode"] != "off" else where / "builds"
-        pch, pch_why = header_for(Path(self.cache_dir) / "pch", recipe["params"], self.env) if self.pch else (None, "")
+        pch, pch_why = header_for(Path(self.cache_dir) / "pch", recipe["params"], self.env,
+                                  self.main_header == "lean") if self.pch else (None, "")
         policy = None
         if self.plan["mode"] != "off":
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])
             pch, pch_why = reachable_header(pch, pch_why, policy)
         request = {"recipe": recipe, "build_root": str(build_root), "compile_only": compile_only, "arch": self.arch,
-                   "pch": pch, "cu_header": self.cu_header, "keep_nice": self.keep_nice}
+                   "pch": pch, "cu_header": self.cu_header, "keep_nice": self.keep_nice, "main_header": self.main_header}
         outcome = run_module("harness.compile.compiler", request, where, limit_s=self.limit_s,
                              phase_limits={"build": self.limit_s},
                              env={**self.env, "CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": self.arch},
@@ -148,6 +150,7 @@ class Compiler:
                "seconds": round(float(end.get("seconds") or outcome.wall_s), 3),
                **({"cpu_s": round(float(end["cpu_s"]), 3)} if end.get("cpu_s") is not None else {}),
                **({"pch": pch_why} if pch_why else {}), **({"cu_header": end["cu_header"]} if end.get("cu_header") else {}),
+               **({"main_header": end["main_header"]} if end.get("main_header") else {}),
                **({"nice": end["nice"]} if end.get("nice") is not None else {}),
                **({"jobs": int(self.env["MAX_JOBS"])} if str(self.env.get("MAX_JOBS", "")).isdigit() else {})}
         failed = failure(outcome, "(timeouts.build_s)")

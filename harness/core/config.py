@@ -248,6 +248,11 @@ class BuildConfig:
     start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
                                # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
                                # on Linux)
+    main_header: str = "full"  # main.cpp's torch/extension.h (harness/compile/compiler.py): full (torch's) | lean
+                               # (without torch's C++ frontend, precompiled where build.pch is on; again with
+                               # torch's where main.cpp needs more): 2 of 7 CPU-s less a main.cpp with the
+                               # header precompiled, 5 of 15 without (docs/harness-perf.md); full until measured
+                               # on a GPU host
     stagger: str = "auto"      # on: a run's builds at priorities by their place in the schedule (its first at nice
                                # 10, its first wave's last and every later one at 19: placement.build_nice), so
                                # the first pairs are built first and the lane starts sooner; off: every compiler at
@@ -447,6 +452,8 @@ def validate(cfg: Config, where: str | None = None) -> Config:
         raise BadInput(where, "build.jobs must be >= 0")
     if cfg.build.pch not in ("auto", "on", "off"):
         raise BadInput(where, f"build.pch must be one of auto, on, off, got {cfg.build.pch!r}")
+    if cfg.build.main_header not in ("full", "lean"):
+        raise BadInput(where, f"build.main_header must be one of full, lean, got {cfg.build.main_header!r}")
     if cfg.build.cu_header not in ("auto", "on", "lean", "off"):
         raise BadInput(where, f"build.cu_header must be one of auto, on, lean, off, got {cfg.build.cu_header!r}")
     if cfg.build.yield_to_lanes not in ("auto", "on", "off"):

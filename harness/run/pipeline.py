@@ -88,7 +88,7 @@ class RunContext:
         return Compiler(self.cache_dir, self.torch_version, self.arch, self.plan, [str(h) for h in self.hidden()],
                         self.worker_env(), self.cfg.timeouts.build_s, self.cfg.build.pch != "off",
                         cu_header_level(self.cfg.build.cu_header), step_start(self.cfg.build.start),
-                        self.stagger)
+                        self.stagger, self.cfg.build.main_header)
 
     def worker_env(self) -> dict[str, str]:
         """What a worker of this run needs besides the harness's usual environment."""
