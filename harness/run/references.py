@@ -120,6 +120,7 @@ class References:
             return {"measured": False}
         loosest = job["config"]["correctness"][classes(job["config"]["precision"])[-1]]
         tolerance = SimpleNamespace(atol=loosest["atol"], rtol=loosest["rtol"], rel_l2=loosest["rel_l2"])
+
         def exact():  # the two draws' outputs in float64 (checks.dependence: only for an output near zero)
             import torch
 
