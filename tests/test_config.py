@@ -182,3 +182,12 @@ def test_worker_start_auto_forks_cuda_workers_only():
     from harness.core.config import worker_start
     assert [worker_start("auto", d) for d in ("cuda", "cpu")] == ["fork", "exec"]
     assert worker_start("exec", "cuda") == "exec" and worker_start("fork", "cpu") == "fork"
+
+
+def test_the_noise_bound_is_on_on_the_cpu_and_off_on_cuda_unless_set():
+    """correctness.noise_bound auto: on on the CPU, off on CUDA until the GPU smoke runs with it."""
+    from harness.core.config import noise_bound
+    assert noise_bound({}, "cpu") and not noise_bound({}, "cuda")
+    assert noise_bound({"noise_bound": "on"}, "cuda") and not noise_bound({"noise_bound": "off"}, "cpu")
+    with pytest.raises(BadInput, match="noise_bound"):
+        with_overrides(load_config(None), {"correctness.noise_bound": "maybe"})

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..compile.failures import failure, limit_hint
+from ..core.config import noise_bound
 from ..verdict.asked import never_handed_over
 from .pipeline import derive_seed
 from .request import _request
@@ -50,7 +51,8 @@ def confirm(lane, job: dict[str, Any], problem, judgement, tolerances: dict[str,
     extra = {**seeds, "shapes": [{"overrides": {}, "trials": [derive_seed(seeds["base"], seeds["secret"], "confirm", t)
                                                               for t in range(n)]}]}
     confirming = {**job, "seeds": extra, "config": {**cfg, "timing": {**cfg["timing"], "enabled": False}}}
-    more = lane.judge.begin(problem, extra, tolerances, cfg["precision"])
+    more = lane.judge.begin(problem, extra, tolerances, cfg["precision"],
+                            noise=noise_bound(cfg["correctness"], lane.device))
     spare = lane.pool.take()
     w = lane.watch(spare, _request(confirming, "eval", spare, hint_bytes), limits, more, max_payload)
     outcome = lane.finish(spare, w, started)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..isolate import sandbox
 from ..core.blame import blame
-from ..core.config import class_tolerances
+from ..core.config import class_tolerances, noise_bound
 from .env import gpu_now
 from ..isolate.isolation import Outcome
 from .pool import kill
@@ -141,7 +141,8 @@ class PairEvaluation:
         for attempt in (1, 2):
             self.judgement = judgement = lane.judge.begin(
                 self.problem, job["seeds"], self.tolerances, self.run,
-                cfg["checks"]["timed_output_checks"] if self.every else None, asked=on_for(cfg["checks"], lane.device))
+                cfg["checks"]["timed_output_checks"] if self.every else None, asked=on_for(cfg["checks"], lane.device),
+                noise=noise_bound(cfg["correctness"], lane.device))
             spare = lane.pool.take()
             self.rounds = rounds = ReferenceRounds(
                 lane, self.problem, job, self.entry, lambda j=judgement: compared_role(job, j.results), self.limits,

@@ -19,6 +19,7 @@ from .pool import Spare, kill, retire, signal_spare
 from ..verdict.checks import dependence, floor
 from ..core.precision import casts, classes, strict_backends, strict_role
 from ..core.problems import declaration
+from ..core.config import noise_bound
 
 
 class References:
@@ -135,7 +136,8 @@ class References:
 
         try:
             first = model(*pool.pool[0])
-            return dependence((first, model(*pool.pool[1])), tolerance, exact)
+            return dependence((first, model(*pool.pool[1])), tolerance,
+                              exact if noise_bound(job["config"]["correctness"], self.lane.device) else None)
         except Exception as exc:  # noqa: BLE001 - not measured (e.g. no room): no flag
             return {"measured": False, "why": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 

@@ -36,10 +36,11 @@ def rounding_note(name: str, tol) -> str:
 class AgainstTruth:
     """A pair's outputs against their ground truth (`truths`), class by class (`tol`: the run's
     classes, strictest first). `precision`: the ground truth's (float64, or float32_strict where
-    the reference cannot run in float64); `on_host`: outputs compared on the host."""
+    the reference cannot run in float64); `on_host`: outputs compared on the host. `noise`: whether
+    an output of rounding noise is judged at NOISE_FACTOR x the reference's error (correctness.noise_bound)."""
 
-    def __init__(self, judge, truths: Truths, tol: dict[str, Any]):
-        self.judge, self.truths, self.tol = judge, truths, tol
+    def __init__(self, judge, truths: Truths, tol: dict[str, Any], noise: bool = False):
+        self.judge, self.truths, self.tol, self.noise = judge, truths, tol, noise
         self.precision: str | None = None
         self.explained = False  # one try per pair at explaining a failure
         self.on_host = 0
@@ -76,7 +77,7 @@ class AgainstTruth:
                       for name, tol in self.tol.items()}
         cls, comparison = self.compare(taken.out, truth, expected_dtype, tolerances)
         noise = None
-        if cls is None and comparison.mismatched == 0 and self.precision == "float64":
+        if self.noise and cls is None and comparison.mismatched == 0 and self.precision == "float64":
             cls, comparison, noise = self._within_noise(entry, taken, truth, expected_dtype, tolerances, comparison)
         result = {**comparison.to_dict(), "ok": cls is not None, "precision": cls}
         if noise is not None:

@@ -27,10 +27,11 @@ class PairJudgement:
     `truths` (truth.Truths) computes on the lane's side."""
 
     def __init__(self, judge: "Judge", problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-                 run: str = "fp32", sample: int | None = None, asked: bool = True):
+                 run: str = "fp32", sample: int | None = None, asked: bool = True, noise: bool = False):
         """`sample`: judge a secret sample of this many timed calls (TimedSample); None: every
         timed output handed over, as it comes. `asked` (checks.trial_coverage): only outputs the lane
-        asked for are taken, and every trial's must come (asked.py)."""
+        asked for are taken, and every trial's must come (asked.py). `noise`: correctness.noise_bound
+        (against.AgainstTruth)."""
         self.judge, self.problem, self.seeds, self.asked = judge, problem, seeds, asked
         self.sample = TimedSample(sample, judge.spill_dir, device_bytes=judge.cache.budget // 2) \
             if sample is not None else None
@@ -41,7 +42,7 @@ class PairJudgement:
         self.tolerances = tolerances
         self.results: list[dict[str, Any]] = []
         self.weights: list[str] = []
-        self.against = AgainstTruth(judge, self.truths, self.tol)
+        self.against = AgainstTruth(judge, self.truths, self.tol, noise)
         self.screened = 0     # timed outputs judged by the screen, without a float64 truth of their own
         self.near_bound: dict[str, Any] | None = None  # the more trials a pass near its bound ran (run/confirm.py)
 
@@ -216,8 +217,8 @@ class Judge:
         return self.problems[sha256]
 
     def begin(self, problem: ProblemState, seeds: dict[str, Any], tolerances: dict[str, Any],
-              run: str = "fp32", sample: int | None = None, asked: bool = True) -> PairJudgement:
-        return PairJudgement(self, problem, seeds, tolerances, run, sample, asked)
+              run: str = "fp32", sample: int | None = None, asked: bool = True, noise: bool = False) -> PairJudgement:
+        return PairJudgement(self, problem, seeds, tolerances, run, sample, asked, noise)
 
     def truths(self, problem: ProblemState, seeds: dict[str, Any], run: str = "fp32") -> Truths:
         """What a pair's outputs are judged against, without judging any (truth.Truths)."""
