@@ -259,7 +259,7 @@ class BuildConfig:
     start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
                                # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
                                # on Linux)
-    main_header: str = "full"  # main.cpp's torch/extension.h (harness/compile/compiler.py): full (torch's) | lean
+    main_header: str = "lean"  # main.cpp's torch/extension.h (harness/compile/compiler.py): full (torch's) | lean
                                # (without torch's C++ frontend, precompiled where build.pch is on; again with
                                # torch's where main.cpp needs more): 2 of 7 CPU-s less a main.cpp with the
                                # header precompiled, 5 of 15 without (docs/harness-perf.md); full until measured
