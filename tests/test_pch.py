@@ -50,7 +50,8 @@ def test_main_cpp_read_through_it_is_the_same_object(tmp_path):
     objects = {}
     for mode in ("on", "off"):
         cfg = with_overrides(load_config(FIXTURES / "configs" / "fast.yaml"),
-                             {"build.cache_dir": str(tmp_path / mode), "build.pch": mode})
+                             {"build.cache_dir": str(tmp_path / mode), "build.pch": mode,
+                              "build.main_header": "full"})   # torch's header, the one made above
         [item] = compile_solutions([solution], cfg, out=lambda line: None)
         assert item["status"] == "ok", item["message"]
         [built] = (tmp_path / mode / "compile-only").glob("pch_probe-*")

@@ -262,8 +262,8 @@ class BuildConfig:
     main_header: str = "lean"  # main.cpp's torch/extension.h (harness/compile/compiler.py): full (torch's) | lean
                                # (without torch's C++ frontend, precompiled where build.pch is on; again with
                                # torch's where main.cpp needs more): 2 of 7 CPU-s less a main.cpp with the
-                               # header precompiled, 5 of 15 without (docs/harness-perf.md); full until measured
-                               # on a GPU host
+                               # header precompiled, 5 of 15 without (docs/harness-perf.md); lean by default
+                               # since corpus100 ran with it on CUDA
     stagger: str = "auto"      # on: a run's builds at priorities by their place in the schedule (its first at nice
                                # 10, its first wave's last and every later one at 19: placement.build_nice), so
                                # the first pairs are built first and the lane starts sooner; off: every compiler at
