@@ -7,6 +7,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.compile import pch
 from harness.compile.compile_only import compile_solutions
 from harness.core.config import load_config, with_overrides
@@ -69,18 +71,29 @@ def test_main_cpp_read_through_it_is_the_same_object(tmp_path):
 
 def test_the_ask_that_makes_it_does_not_wait_for_it(tmp_path):
     """Builds started together: the second ask starts the header's making in the background and
-    compiles without it, as does any ask while it is made; once made, it is handed out."""
+    compiles without it, as does any ask while it is made; once made, it is handed out. The helpers
+    forked by the fork server (build.start fork, Linux's default); a staging folder that a killed
+    maker left is removed by the next."""
     import threading
     import time
+    from harness.isolate import isolation
     root = tmp_path / "pch"
     params = {"cpp_sources": "int f();", "extra_cflags": ["-O2", "-DKB_PCH_TEST=1"]}
-    assert pch.header_for(root, params, {}) == (None, "asked once so far")   # one-off so far
-    start = time.monotonic()
-    assert pch.header_for(root, params, {}) == (None, "being made")   # the second: made in the background
-    asked_s = time.monotonic() - start
-    assert pch.header_for(root, params, {}) == (None, "being made")   # no wait, no second maker
-    [maker] = [t for t in threading.enumerate() if t.name == "kb-pch"]
-    maker.join(timeout=900)
+    try:
+        assert pch.header_for(root, params, {}, start="fork") == (None, "asked once so far")   # one-off so far
+        assert "steps" in isolation._FORK                      # the helper was forked, not exec'd
+        [count] = root.glob("*.lock")
+        stale = root / f".{count.stem}.killed" / pch.GCH      # what a maker killed mid-compile leaves
+        stale.parent.mkdir(parents=True)
+        stale.write_bytes(b"partial")
+        start = time.monotonic()
+        assert pch.header_for(root, params, {}, start="fork") == (None, "being made")   # the second: made in the background
+        asked_s = time.monotonic() - start
+        assert pch.header_for(root, params, {}, start="fork") == (None, "being made")   # no wait, no second maker
+        [maker] = [t for t in threading.enumerate() if t.name == "kb-pch"]
+        maker.join(timeout=900)
+    finally:
+        isolation.close_fork_server()
     folder, why = pch.header_for(root, params, {})
     assert why == "read" and folder and (Path(folder) / pch.GCH).is_file()
     assert pch.header_for(root, {**params, "extra_include_paths": ["/tmp"]}, {}) == (None, "not eligible")
@@ -103,29 +116,34 @@ def test_another_process_making_it_is_not_waited_for(tmp_path):
 def test_a_header_that_could_not_be_made_says_why_in_the_build_record(tmp_path, monkeypatch):
     """What the build record's `pch` says where the helper fails (the H200 corpus run had no
     main.cpp read one and no record of why)."""
-    monkeypatch.setattr(pch, "_helper", lambda request, env, what: {"why": "failed", "log": "the helper exited 1\n"
+    monkeypatch.setattr(pch, "_helper", lambda request, env, what, start: {"why": "failed", "log": "the helper exited 1\n"
                                                                    "IndexError: list index out of range\n"})
     params = {"cpp_sources": "int f();", "extra_cflags": ["-DKB_PCH_FAILS=1"]}
     assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")
     assert pch.header_for(tmp_path, params, {}) == (None, "failed: IndexError: list index out of range")  # memoized
 
 
-def test_the_helper_is_not_reaped_as_a_stray(tmp_path):
+@pytest.mark.parametrize("start", ["exec", "fork"])
+def test_the_helper_is_not_reaped_as_a_stray(tmp_path, start):
     """The runner, a child subreaper while it runs sandboxed steps, kills every child it did not
-    start through isolation.popen after each step. The helper is the runner's own: on the H200
-    every helper was killed so (the records said `the helper exited -9`, or an empty answer where
-    the reaper took its exit status first), and no main.cpp read a header."""
+    start through isolation.popen after each step. The helper is the runner's own (exec'd) or its
+    fork server's (forked): on the H200 every helper was killed so (the records said `the helper
+    exited -9`, or an empty answer where the reaper took its exit status first), and no main.cpp
+    read a header."""
     import threading
     from harness.isolate import isolation
     answers = []
-    with isolation.reaping(True):
-        asker = threading.Thread(target=lambda: answers.append(
-            pch._helper({"root": str(tmp_path / "pch"), "with_cuda": False, "extra_cflags": []}, {}, "ask")))
-        asker.start()
-        reaped = 0
-        while asker.is_alive():
-            reaped += isolation.reap_strays()
-            asker.join(timeout=0.05)
+    try:
+        with isolation.reaping(True):
+            asker = threading.Thread(target=lambda: answers.append(
+                pch._helper({"root": str(tmp_path / "pch"), "with_cuda": False, "extra_cflags": []}, {}, "ask", start)))
+            asker.start()
+            reaped = 0
+            while asker.is_alive():
+                reaped += isolation.reap_strays()
+                asker.join(timeout=0.05)
+    finally:
+        isolation.close_fork_server()
     assert answers == [{"why": "first"}]
     assert reaped == 0
 

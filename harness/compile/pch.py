@@ -13,7 +13,8 @@ read the file itself from the folder where it found the first, and match it to t
 precompiled state holds (`#pragma once`); without the copy that second include is "No such file".
 
 Trust: the header is precompiled by the trusted side (`python -m harness.compile.pch`, run by the
-runner's Compiler, never by the sandboxed compile step), from torch's own header with torch's own
+runner's Compiler, exec'd or forked by its fork server as build.start says and never sandboxed;
+never by the sandboxed compile step), from torch's own header with torch's own
 flags for the recipe, and only for a recipe whose extra C++ flags all come from SAFE (none names a
 file or runs a program) and that adds no include folder of its own (which could shadow a header
 torch/extension.h includes). The compile step only reads it.
@@ -42,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..isolate.isolation import popen
+from ..isolate.isolation import start_step
 
 GCH = Path("torch") / "extension.h.gch"
 # build.main_header lean: a folder whose torch/extension.h leaves out torch's C++ frontend (its comment
@@ -55,7 +56,7 @@ SAFE = re.compile(r"-(O[0-3sgz]?|g[0-3]?|std=[\w+]+|[DU][A-Za-z_]\w*(=[\w.+-]*)?
                   r"f(?!plugin)[\w=.+-]+|m[\w=.+-]+)")
 _UNKNOWN, _PENDING = object(), object()
 _memo: dict[tuple, Any] = {}      # flag set -> its folder, None (never), or _PENDING (a thread makes it)
-_helpers: set[subprocess.Popen] = set()
+_helpers: set = set()             # the helpers running: Popen or forkserver.ForkedProc
 _failed: dict[tuple, str] = {}   # flag set -> why it could not be made
 _PID = os.getpid()
 _lock = threading.Lock()
@@ -72,13 +73,15 @@ def eligible(params: dict[str, Any]) -> bool:
 
 
 def header_for(root: Path, params: dict[str, Any], env: dict[str, str],
-               lean: bool = False) -> tuple[str | None, str]:
+               lean: bool = False, start: str = "exec") -> tuple[str | None, str]:
     """(the folder to put on the recipe's C++ include path or None, why: "read", "not eligible",
     "asked once so far", "being made", "failed: ..."). `lean`: the header precompiled is
     MAIN_HEADER_LEAN's (build.main_header), not torch's. Memoized per flag set for the process's
     life. The ask that makes one does not wait for it: the header is precompiled by a thread of this
     process (its helper a child process) while that recipe and the others asked meanwhile compile
-    without it, so builds started together are not held up by it (docs/harness-perf.md)."""
+    without it, so builds started together are not held up by it (docs/harness-perf.md). `start`:
+    how the helper starts (build.start: exec, a fresh interpreter importing torch; fork, by this
+    process's fork server, which imported it once)."""
     if not eligible(params):
         return None, "not eligible"
     with_cuda = params.get("with_cuda")
@@ -94,13 +97,13 @@ def header_for(root: Path, params: dict[str, Any], env: dict[str, str],
             os.utime(known)
             return known, "read"
     request = {"root": str(root), "with_cuda": with_cuda, "extra_cflags": list(signature[2]), "lean": lean}
-    answer = _helper(request, env, "ask")
+    answer = _helper(request, env, "ask", start)
     if answer.get("why") == "to make":
         with _lock:
             if _memo.get(signature, _UNKNOWN) is _PENDING:
                 return None, "being made"
             _memo[signature] = _PENDING
-        threading.Thread(target=_make_for, args=(signature, request, env), name="kb-pch", daemon=True).start()
+        threading.Thread(target=_make_for, args=(signature, request, env, start), name="kb-pch", daemon=True).start()
         return None, "being made"
     if answer.get("folder") or answer.get("why") == "failed":   # asked once only so far: asked again next time
         with _lock:
@@ -119,36 +122,43 @@ def _failure(answer: dict[str, Any]) -> str:
     return "failed" + (f": {last[0].strip()[:300]}" if last else "")
 
 
-def _helper(request: dict[str, Any], env: dict[str, str], what: str) -> dict[str, Any]:
+def _helper(request: dict[str, Any], env: dict[str, str], what: str, start: str = "exec") -> dict[str, Any]:
     """`python -m harness.compile.pch` (the trusted side's helper, which imports torch) asked to
-    `what` (ask | make); {"why": "failed"} where it fails or runs past 900 s. Started through
-    isolation.popen, as this process's own child: the runner reaps every other child as an orphan
-    of a sandboxed step (on the H200 that killed every helper, and no main.cpp read a header)."""
-    proc = popen([sys.executable, "-m", "harness.compile.pch", json.dumps({**request, "what": what})],
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
-                 cwd=Path(__file__).resolve().parents[2])
-    with _lock:
-        _helpers.add(proc)
-    try:
-        out, err = proc.communicate(timeout=900)
-        if proc.returncode:
-            return {"why": "failed", "log": f"the helper exited {proc.returncode}\n{err[-2000:]}"}
-        return json.loads(out.strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return {"why": "failed", "log": "the helper ran past 900 s"}
-    except (ValueError, IndexError, OSError) as exc:
-        proc.kill()
-        proc.wait()
-        return {"why": "failed", "log": f"the helper's answer: {exc}"}
-    finally:
+    `what` (ask | make); {"why": "failed"} where it fails or runs past 900 s. Started as this
+    process's own child (exec) or its fork server's (fork), never sandboxed: the runner reaps every
+    other child as an orphan of a sandboxed step (on the H200 that killed every helper, and no
+    main.cpp read a header). Its answer is the last line of its output that is a JSON object."""
+    with tempfile.TemporaryDirectory(prefix="kb-pch-helper-") as scratch:
+        log_path = Path(scratch) / "helper.log"
+        with open(log_path, "w") as log:
+            proc = start_step("harness.compile.pch", [json.dumps({**request, "what": what})], None, env, log, (),
+                              start=start)
         with _lock:
-            _helpers.discard(proc)
+            _helpers.add(proc)
+        try:
+            proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return {"why": "failed", "log": "the helper ran past 900 s"}
+        finally:
+            with _lock:
+                _helpers.discard(proc)
+        text = log_path.read_text(errors="replace")
+    if proc.returncode:
+        return {"why": "failed", "log": f"the helper exited {proc.returncode}\n{text[-2000:]}"}
+    for line in reversed(text.splitlines()):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, dict):
+            return answer
+    return {"why": "failed", "log": f"the helper's answer: none in its output\n{text[-2000:]}"}
 
 
-def _make_for(signature: tuple, request: dict[str, Any], env: dict[str, str]) -> None:
-    answer = _helper(request, env, "make")
+def _make_for(signature: tuple, request: dict[str, Any], env: dict[str, str], start: str) -> None:
+    answer = _helper(request, env, "make", start)
     with _lock:
         _memo[signature] = answer.get("folder")   # None where it failed: not asked again by this process
         if not answer.get("folder"):
@@ -221,6 +231,8 @@ def make(root: Path, with_cuda: bool, extra_cflags: list[str], what: str = "both
         if (folder / GCH).is_file():
             os.utime(folder)
             return {"folder": str(folder)}
+        for stale in root.glob(f".{key}.*"):     # a maker killed before its cleanup (this lock is free only then)
+            shutil.rmtree(stale, ignore_errors=True)
         answer = _precompile(folder, cxx, flags, post, lean)
     if answer.get("folder"):
         _prune(root)

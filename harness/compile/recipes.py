@@ -133,7 +133,7 @@ class Compiler:
         scratch = where / "scratch"
         build_root = scratch / "builds" if self.plan["mode"] != "off" else where / "builds"
         pch, pch_why = header_for(Path(self.cache_dir) / "pch", recipe["params"], self.env,
-                                  self.main_header == "lean") if self.pch else (None, "")
+                                  self.main_header == "lean", self.start) if self.pch else (None, "")
         policy = None
         if self.plan["mode"] != "off":
             policy = sandbox.policy(self.plan, "cpu", scratch=scratch, hidden=self.hidden, readable=[pch] if pch else [])

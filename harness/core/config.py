@@ -256,9 +256,9 @@ class BuildConfig:
                                # and runs)
     yield_to_lanes: str = "auto"  # where lanes pin timed workers, builds run off their timing CPUs (harness/run/
                                   # placement.py build_cpus) at nice 10: auto (= on, every device) | on | off
-    start: str = "auto"        # how build and compile steps start: fork (from a server that imported torch once,
-                               # harness/isolate/forkserver.py) | exec (a fresh interpreter each) | auto (= fork
-                               # on Linux)
+    start: str = "auto"        # how build and compile steps (and pch's helper) start: fork (from a server that
+                               # imported torch once, harness/isolate/forkserver.py) | exec (a fresh interpreter
+                               # each) | auto (= fork on Linux)
     main_header: str = "lean"  # main.cpp's torch/extension.h (harness/compile/compiler.py): full (torch's) | lean
                                # (without torch's C++ frontend, precompiled where build.pch is on; again with
                                # torch's where main.cpp needs more): 2 of 7 CPU-s less a main.cpp with the

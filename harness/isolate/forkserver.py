@@ -95,8 +95,8 @@ def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 class ForkedProc:
-    """A step the server forked: what run_module uses of a Popen (pid, poll, wait, kill,
-    returncode); its exit comes from the server, its parent."""
+    """A step the server forked: what run_module and the precompiled header's helper use of a Popen
+    (pid, poll, wait, terminate, kill, returncode); its exit comes from the server, its parent."""
 
     def __init__(self, pid: int, args: list[str]):
         self.pid = pid
@@ -117,12 +117,18 @@ class ForkedProc:
             raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
-    def kill(self) -> None:
+    def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class ForkServer:
