@@ -201,9 +201,9 @@ def class_tolerances(correctness: dict, run: str) -> dict:
     return {name: {**correctness[name], **({} if keep else {"atol_rms": None})} for name in classes(run)}
 
 
-def noise_bound(correctness: dict, device: str) -> bool:
-    """Whether correctness.noise_bound applies on `device`: auto is on on every device (on CUDA since
-    the GPU smoke ran with it, 2026-12-07); `device` is kept for a setting that may differ by it."""
+def noise_bound(correctness: dict) -> bool:
+    """Whether correctness.noise_bound applies: auto is on on every device (on CUDA since the GPU
+    smoke ran with it, 2026-12-07)."""
     return correctness.get("noise_bound", "auto") in ("auto", "on")
 
 

@@ -52,7 +52,7 @@ def confirm(lane, job: dict[str, Any], problem, judgement, tolerances: dict[str,
                                                               for t in range(n)]}]}
     confirming = {**job, "seeds": extra, "config": {**cfg, "timing": {**cfg["timing"], "enabled": False}}}
     more = lane.judge.begin(problem, extra, tolerances, cfg["precision"],
-                            noise=noise_bound(cfg["correctness"], lane.device))
+                            noise=noise_bound(cfg["correctness"]))
     spare = lane.pool.take()
     w = lane.watch(spare, _request(confirming, "eval", spare, hint_bytes), limits, more, max_payload)
     outcome = lane.finish(spare, w, started)

@@ -142,7 +142,7 @@ class PairEvaluation:
             self.judgement = judgement = lane.judge.begin(
                 self.problem, job["seeds"], self.tolerances, self.run,
                 cfg["checks"]["timed_output_checks"] if self.every else None, asked=on_for(cfg["checks"], lane.device),
-                noise=noise_bound(cfg["correctness"], lane.device))
+                noise=noise_bound(cfg["correctness"]))
             spare = lane.pool.take()
             self.rounds = rounds = ReferenceRounds(
                 lane, self.problem, job, self.entry, lambda j=judgement: compared_role(job, j.results), self.limits,

@@ -137,7 +137,7 @@ class References:
         try:
             first = model(*pool.pool[0])
             return dependence((first, model(*pool.pool[1])), tolerance,
-                              exact if noise_bound(job["config"]["correctness"], self.lane.device) else None)
+                              exact if noise_bound(job["config"]["correctness"]) else None)
         except Exception as exc:  # noqa: BLE001 - not measured (e.g. no room): no flag
             return {"measured": False, "why": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
