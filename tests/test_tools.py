@@ -486,6 +486,10 @@ def test_host_cost_splits_a_calls_host_time_where_the_model_says_how(tmp_path, c
     assert head[-5:] == ["issue", "drained", "device", "args", "plan"]
     assert reference[0] == "PyTorch" and reference[3:] == ["-", "-", "-"] and float(reference[1]) > 0
     assert mine[0] == "py_add" and mine[3] == "-" and all(float(x) > 0 for x in mine[1:3] + mine[4:])
+    for dtype in ("bfloat16", "bf16"):            # a torch dtype's name or the precision's: both cast
+        assert host_cost.main(["elementwise_add", "--device", "cpu", "--calls", "5", "--repeats", "2",
+                               "--dtype", dtype, "--solution", str(solution)]) == 0
+        assert capsys.readouterr().out.splitlines()[0].endswith(f", {dtype}: 5 calls a block, median of 2")
 
 
 def test_cu_header_check_compares_host_functions_up_to_addresses_and_string_offsets(tmp_path):

@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     [problem] = problems.select(args.problem)
-    dtype = {"": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}[args.dtype]
+    dtype = {"": None, "bf16": "bfloat16", "fp16": "float16"}.get(args.dtype, args.dtype or None)  # a torch name
     mod = load_module(problem.path)
     init = list(mod.get_init_inputs())
     inputs = make_inputs(mod, 1, args.device, dtype)

@@ -7,7 +7,7 @@ Nsight Compute to profile one launch:
 FAST_CONFIG=1..3 forces the kernel tiling (the phase kernel's CUDA-core variant), 4..6 and 8 the
 stride-1 tensor-core kernel, 7 the phase kernel's tensor-core variant at two blocks per SM, 9 a bf16
 call's bf16 MMAs (see fast/dispatch.cu). FAST_SOLUTION names another solution built on ct2d_fast
-(e.g. fast_bf16) and FAST_DTYPE casts the model and x as a half-precision run does (bf16, fp16):
+(e.g. fast_bf16) and FAST_DTYPE casts the model and x as a half-precision run does (bf16 or bfloat16, fp16 or float16):
 
     FAST_SOLUTION=fast_bf16 FAST_DTYPE=bf16 FAST_CONFIG=9 PYTHONPATH=. ncu ... python tools/ncu_probe.py 57
 """
@@ -22,6 +22,7 @@ for pid in sys.argv[1:]:
     [problem] = problems.select(pid)
     mod = load_module(problem.path)
     name, dtype = os.environ.get("FAST_SOLUTION", "fast"), os.environ.get("FAST_DTYPE") or None
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)  # a torch dtype's name
     sol = [s for s in solutions.for_problem(problem) if s.name == name][0]
     smod = load_module(sol.path, prefix="kb_solution")
     model = construct(smod.ModelNew, list(mod.get_init_inputs()), 0, "cuda", dtype=dtype)
