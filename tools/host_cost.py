@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 from harness.core import problems, solutions
+from harness.core.precision import TORCH_DTYPE
 from harness.core.problems import construct, load_module, make_inputs
 
 
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     [problem] = problems.select(args.problem)
-    dtype = {"": None, "bf16": "bfloat16", "fp16": "float16"}.get(args.dtype, args.dtype or None)  # a torch name
+    dtype = TORCH_DTYPE.get(args.dtype, args.dtype) or None  # a torch dtype's name (bf16, fp16: the precisions')
     mod = load_module(problem.path)
     init = list(mod.get_init_inputs())
     inputs = make_inputs(mod, 1, args.device, dtype)

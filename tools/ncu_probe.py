@@ -16,13 +16,14 @@ import sys
 
 import torch
 from harness.core import problems, solutions
+from harness.core.precision import TORCH_DTYPE
 from harness.core.problems import construct, load_module, make_inputs
 torch.cuda.set_device(0)
 for pid in sys.argv[1:]:
     [problem] = problems.select(pid)
     mod = load_module(problem.path)
     name, dtype = os.environ.get("FAST_SOLUTION", "fast"), os.environ.get("FAST_DTYPE") or None
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)  # a torch dtype's name
+    dtype = TORCH_DTYPE.get(dtype, dtype)  # a torch dtype's name (bf16, fp16: the precisions')
     sol = [s for s in solutions.for_problem(problem) if s.name == name][0]
     smod = load_module(sol.path, prefix="kb_solution")
     model = construct(smod.ModelNew, list(mod.get_init_inputs()), 0, "cuda", dtype=dtype)
