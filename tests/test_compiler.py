@@ -16,6 +16,17 @@ CUDA_RECIPE = {"params": {"name": "kb_twice", "cpp_sources": "torch::Tensor f(to
                           "functions": ["f"]}, "callers": []}
 
 
+@pytest.fixture(autouse=True)
+def _torch_jit_compile_put_back():
+    """compile_recipe replaces torch's cpp_extension._jit_compile, as its own process should; here it
+    is put back after each test, so that a later test in this process that builds for real (e.g.
+    tests/test_ct2d_bound.py) gets torch's and not the fake's."""
+    from torch.utils import cpp_extension
+    saved = cpp_extension._jit_compile
+    yield
+    cpp_extension._jit_compile = saved
+
+
 def _fake_compiler(monkeypatch, fails, seen=None, error=b'cuda.cu(2): error: namespace "torch" has no member "nn"\n',
                    cxx=False):
     """A compiler for _build_only that records each attempt's CUDA flags (with `cxx`: its C++ include

@@ -85,8 +85,9 @@ def test_a_strided_transposed_convolution_is_its_phases_stride_1_convolutions_in
 
 
 def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_kernels_emulated(monkeypatch):
-    """SplitConv's and SubpixelConv's Python on the CPU: the library's call emulated by PyTorch's
-    convolution of the arguments it is given (weight, stride, padding, bias), split.cu's
+    """SplitConv's and SubpixelConv's Python on the CPU: the library's bound call (its Bound) emulated
+    by PyTorch's convolution of the arguments it was made with (the packed weight as the weight,
+    stride, padding, output padding, bias, output type), split.cu's
     phase_interleave and subpixel_interleave by their per-element indexing written again in
     PyTorch; the result is the strided convolution with the extra bias and the epilogue, and
     follows an in-place weight update."""
@@ -97,29 +98,28 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
     import torch
     import torch.nn.functional as F
 
-    shared = REPO_ROOT / "solutions" / "conv_transpose2d" / "_shared"
-    src = (shared / "ct2d_fast.py").read_text()
-    cut = src[src.index("WGMMA = _hopper_target()"):src.index("# fast/epilogue.cuh's kinds")]
-    fast = types.ModuleType("ct2d_fast")
-    fast.__file__ = str(shared / "ct2d_fast.py")
-    monkeypatch.syspath_prepend(str(shared))
-    exec(compile(src.replace(cut, "WGMMA = False\n\n\n"), str(shared / "ct2d_fast.py"), "exec"), fast.__dict__)
+    from test_ct2d_bound import fast_library
 
-    def forward(self, x):  # the library's call: what its arguments say
-        c = self.conv_transpose2d
-        op = tuple(c.output_padding)
-        as_asked = (lambda y: y.half()) if self._args(x)[-1] else (lambda y: y)  # out_fp16, the last argument
-        if all(o < max(s, d) for o, s, d in zip(op, c.stride, c.dilation)):
-            return as_asked(F.conv_transpose2d(x, c.weight, self._bias(), c.stride, c.padding, op, c.groups, c.dilation))
-        # more output padding than PyTorch takes (SubpixelConv's z: stride 1, no padding), which the
-        # library computes from its output-size formula: the extra rows and columns read only zeros
-        assert tuple(c.stride) == (1, 1) and tuple(c.padding) == (0, 0), c
-        y = F.pad(F.conv_transpose2d(x, c.weight, None, 1, 0, 0, c.groups, c.dilation), (0, op[1], 0, op[0]))
-        b = self._bias()
-        return as_asked(y if b is None else y + b.reshape(1, -1, 1, 1))
-    fast.FastConvTranspose2d.forward = forward
-    fast.pack = lambda *a, **k: types.SimpleNamespace(phase=None, phase_frag=None, mma=None, mmh=None, mmh_exp=0,
-                                                      wgmma=None, wh=None, wh_exp=0, wb=None)  # no packing in the emulation
+    class Bound:  # the library's bound call: what the arguments it was made with say
+        def __init__(self, wp, *rest):
+            (_, _, _, _, _, _, _, _, self.bias, cout, kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, self.groups,
+             _, _, _, _, _, self.out_fp16) = rest
+            self.w, self.stride, self.padding = wp, (sh, sw), (ph, pw)
+            self.output_padding, self.dilation = (oph, opw), (dh, dw)
+            assert (cout, kh, kw) == (wp.shape[1], wp.shape[2], wp.shape[3])
+
+        def __call__(self, x):
+            as_asked = (lambda y: y.half()) if self.out_fp16 else (lambda y: y)
+            op = self.output_padding
+            if all(o < max(s, d) for o, s, d in zip(op, self.stride, self.dilation)):
+                return as_asked(F.conv_transpose2d(x, self.w, self.bias, self.stride, self.padding, op, self.groups,
+                                                   self.dilation))
+            # more output padding than PyTorch takes (SubpixelConv's z: stride 1, no padding), which the
+            # library computes from its output-size formula: the extra rows and columns read only zeros
+            assert self.stride == (1, 1) and self.padding == (0, 0), self.stride
+            y = F.pad(F.conv_transpose2d(x, self.w, None, 1, 0, 0, self.groups, self.dilation), (0, op[1], 0, op[0]))
+            return as_asked(y if self.bias is None else y + self.bias.reshape(1, -1, 1, 1))
+    fast = fast_library(monkeypatch, types.SimpleNamespace(Bound=Bound))  # packing: the weight as it is, as wp
 
     def phase_interleave(subs, offsets, sh, sw, n, c, h, w, bias, kind, a, b):  # split.cu's indexing
         e = torch.arange(n * c * h * w)
@@ -153,7 +153,6 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
             v = v + bias[cc]
         assert fast.EPILOGUES[kind] == "tanh"
         return torch.tanh(v).reshape(n, c, h, w)
-    monkeypatch.setitem(sys.modules, "ct2d_fast", fast)
     monkeypatch.setitem(sys.modules, "ct2d_split", types.SimpleNamespace(extension=lambda: types.SimpleNamespace(
         phase_interleave=phase_interleave, subpixel_interleave=subpixel_interleave)))
     monkeypatch.syspath_prepend(str(FUSED / "_shared"))

@@ -184,10 +184,16 @@ def test_a_truncated_variant_takes_the_first_arguments_and_refuses_a_later_one_s
     class Ext:
         def conv_transpose2d_fast(self, *args):
             return args
+
+        def Bound(self, *static):  # noqa: N802
+            return ("bound",) + static
     t = Truncated(Ext(), 3)
     assert t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 0) == ("x", "w", 5)
     with pytest.raises(RuntimeError, match="takes 3 arguments"):
         t.conv_transpose2d_fast("x", "w", 5, 0, 0.0, 1)
+    assert t.Bound("w", 5, 0, 0.0, 0) == ("bound", "w", 5)       # every argument but x: the first n - 1
+    with pytest.raises(RuntimeError, match="takes 3 arguments"):
+        t.Bound("w", 5, 0, 0.5, 0)
 
 
 def test_lane_clock_reads_what_the_harness_held_a_pair_to(tmp_path, capsys):

@@ -75,16 +75,23 @@ class Truncated:
     def __init__(self, ext, n: int):
         self.ext, self.n = ext, n
 
-    def conv_transpose2d_fast(self, *args):
-        if any(args[self.n:]):
+    def _first(self, args: tuple, n: int) -> tuple:
+        if any(args[n:]):
             raise RuntimeError(f"this variant takes {self.n} arguments; the call sets a later one")
-        return self.ext.conv_transpose2d_fast(*args[:self.n])
+        return args[:n]
+
+    def conv_transpose2d_fast(self, *args):
+        return self.ext.conv_transpose2d_fast(*self._first(args, self.n))
+
+    def Bound(self, *static):  # noqa: N802 (the extension's name): every argument but x
+        return self.ext.Bound(*self._first(static, self.n - 1))
 
 
 def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str]):
     """load_inline of a variant: its files written to a folder and built as ct2d_fast builds fast/
-    (cuda_source, the folder on the include path), or the one file alone; declared with as many of
-    the entry point's arguments as its source takes (variant_arity)."""
+    (cuda_source, the folder on the include path), or the one file alone; bound as ct2d_fast binds
+    it (binding_source: the entry point and its Bound, without plan, which a revision may lack), with
+    as many of the entry point's arguments as its source takes (variant_arity)."""
     from torch.utils.cpp_extension import load_inline
     include = []
     if SINGLE in files:
@@ -96,9 +103,8 @@ def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str])
         source, include = ct2d_fast.cuda_source(folder), [str(folder)]
     args = [a.strip() for a in ct2d_fast._ARGS.split(",")]
     n = variant_arity(files, len(args))
-    decl = f"torch::Tensor conv_transpose2d_fast({', '.join(args[:n])});\n"
-    ext = load_inline(name=f"ct2d_ab_{name}", cpp_sources=decl, cuda_sources=source,
-                      functions=["conv_transpose2d_fast"], extra_include_paths=include, extra_cuda_cflags=flags)
+    ext = load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.binding_source(", ".join(args[:n]), plan=False),
+                      cuda_sources=source, extra_include_paths=include, extra_cuda_cflags=flags)
     return ext if n == len(args) else Truncated(ext, n)
 
 

@@ -8,8 +8,9 @@ process, the microseconds per call of:
 - `device`: the calls captured once in a CUDA graph and replayed (CUDA events): the device's own
   time, no host cost in it ("-" where the model cannot be captured, and on the CPU);
 - for a model with `_args(*inputs)` and `plan(*inputs)` (the fast solutions, ct2d_fast.py): `args`,
-  the Python part alone (the packed weights' and the bias's checks, the argument tuple), and `plan`,
-  the same arguments through the binding and the C++ rule with nothing launched. So `issue` =
+  the Python part alone (where the model has `_bound()`, the bound call's check that nothing it was
+  made from changed; else `_args`: the packed weights' and the bias's checks, the argument tuple),
+  and `plan`, the call through the binding and the C++ rule with nothing launched. So `issue` =
   `args` + (`plan` - `args`: the binding and the rule) + (`issue` - `plan`: the output's
   allocation, the launch and what else the call does).
 
@@ -90,7 +91,9 @@ def costs(model, inputs: list, device: str, calls: int, repeats: int) -> dict[st
         row["issue"], row["drained"] = per_call_us(lambda: model(*inputs), calls, repeats, sync)
         row["device"] = graph_us(lambda: model(*inputs), calls, repeats) if device == "cuda" else None
         if callable(getattr(model, "_args", None)) and callable(getattr(model, "plan", None)):
-            row["args"] = per_call_us(lambda: model._args(*inputs), calls, repeats, lambda: None)[0]
+            # the Python part of a call: the bound call's check where the model has one (ct2d_fast)
+            python_part = model._bound if callable(getattr(model, "_bound", None)) else (lambda: model._args(*inputs))
+            row["args"] = per_call_us(python_part, calls, repeats, lambda: None)[0]
             row["plan"] = per_call_us(lambda: model.plan(*inputs), calls, repeats, lambda: None)[0]
     return row
 

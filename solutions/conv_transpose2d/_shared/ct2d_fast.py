@@ -1,8 +1,9 @@
 """Python side of the fast ConvTranspose2d solutions: the module (parameters created exactly as
 nn.ConvTranspose2d creates them, so matched-seed construction gives the reference's weights), its
 weights packed once per weight version (ct2d_pack.py), the extension built from fast/ (dispatch.cu
-and the headers it includes), and plan(x): which kernel a call runs, with which tiles, from which
-file, by the same rule the call itself follows."""
+and the headers it includes) with its binding (binding_source: the entry points and `Bound`, every
+argument but x bound once, so that a call converts one), and plan(x): which kernel a call runs,
+with which tiles, from which file, by the same rule the call itself follows."""
 import hashlib
 import os
 from pathlib import Path
@@ -21,8 +22,40 @@ _ARGS = """torch::Tensor x, torch::Tensor wp, torch::Tensor wt, torch::Tensor wm
     int64_t Cout, int64_t KH, int64_t KW, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t outpad_h, int64_t outpad_w,
     int64_t dil_h, int64_t dil_w, int64_t groups, int64_t split, int64_t config, int64_t epilogue, double epi_a,
     double epi_b, int64_t out_fp16"""
-FAST_DECL = f"torch::Tensor conv_transpose2d_fast({_ARGS});\n"
-CPP_DECL = FAST_DECL + f"std::vector<std::string> conv_transpose2d_plan({_ARGS});\n"
+
+
+def arg_list(args: str = _ARGS) -> list[tuple[str, str]]:
+    """(C++ type, name) of each argument of an entry point's argument list."""
+    return [(" ".join(t.split()), n) for t, _, n in (a.strip().rpartition(" ") for a in args.split(","))]
+
+
+def binding_source(args: str = _ARGS, plan: bool = True) -> str:
+    """main.cpp's source (load_inline with functions=None): the entry points declared and bound as
+    they are, and `Bound`, a C++ object holding every argument but the first (x), made once by
+    FastConvTranspose2d._bound: calling it with x converts one Python argument instead of all of them
+    (29, about 4-5 us of a launch-bound call's host time). It is module-local and in an anonymous
+    namespace, so that two builds (tools/ab_variants.py) live in one process. plan=False: a build
+    without conv_transpose2d_plan (a revision's variant)."""
+    params = arg_list(args)
+    decl = ", ".join(f"{t} {n}" for t, n in params)
+    bound = params[1:]
+    names = ", ".join(n for _, n in bound)
+    fns = [("torch::Tensor", "conv_transpose2d_fast", "__call__")]
+    if plan:
+        fns.append(("std::vector<std::string>", "conv_transpose2d_plan", "plan"))
+    lines = [f"{ret} {fn}({decl});" for ret, fn, _ in fns]
+    lines += ["", "namespace {", "// every argument but x, bound once (ct2d_fast.py: FastConvTranspose2d._bound)", "struct Bound {"]
+    lines += [f"  {t} {n};" for t, n in bound]
+    lines += [f"  {ret} {meth.strip('_')}(torch::Tensor x) const {{ return {fn}(x, {names}); }}" for ret, fn, meth in fns]
+    lines += ["};", "}  // namespace", "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    lines += [f'  m.def("{fn}", &{fn});' for _, fn, _ in fns]
+    init = ", ".join(f"{t} {n}" for t, n in bound)
+    lines += ['  pybind11::class_<Bound>(m, "Bound", pybind11::module_local())',
+              f"      .def(pybind11::init([]({init}) {{ return Bound{{{names}}}; }}))"]
+    lines += [f'      .def("{meth}", &Bound::{meth.strip("_")})' for _, _, meth in fns]
+    lines[-1] += ";"
+    lines += ["}", ""]
+    return "\n".join(lines)
 
 
 def _hopper_target() -> bool:
@@ -50,9 +83,8 @@ def cuda_source(folder: Path = FAST_DIR) -> str:
 WGMMA = _hopper_target()
 _ext = load_inline(
     name="conv_transpose2d_fast",
-    cpp_sources=CPP_DECL,
+    cpp_sources=binding_source(),
     cuda_sources=cuda_source(),
-    functions=["conv_transpose2d_fast", "conv_transpose2d_plan"],
     extra_include_paths=[str(FAST_DIR)],
     extra_cuda_cflags=["-O3", "-std=c++17"]
     + (["-gencode=arch=compute_90a,code=sm_90a", "-DCT2D_WGMMA"] if WGMMA else []),
@@ -86,37 +118,87 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         super().__init__(*args, **kwargs)
         self._packed = None
         self._packed_key = None
+        self._bound_key = self._bound_obj = self._bound_held = None
+
+    def _layer(self):
+        """The convolution whose parameters the call uses (a module's submodule, or the attribute of
+        a fused FastConv), read without nn.Module.__getattr__ (about 0.5 us a name)."""
+        d = self.__dict__
+        return d["conv_transpose2d"] if "conv_transpose2d" in d else d["_modules"]["conv_transpose2d"]
 
     def _packed_weights(self) -> tuple:
         """ct2d_pack.pack's layouts, rebuilt only when the parameter changes (another tensor, or an
         in-place update bumps its version)."""
-        w = self.conv_transpose2d.weight
+        c = self._layer()
+        w = _weight_bias(c)[0]
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._packed_key != key:
-            c = self.conv_transpose2d
             self._packed = pack(w, c.groups, c.stride, self.split, WGMMA)
             self._packed_key = key
         return self._packed
 
-    def _args(self, x: torch.Tensor) -> tuple:
-        c = self.conv_transpose2d
+    def _static_args(self) -> tuple:
+        """Every argument of the entry points but x, in ct2d_fast._ARGS's order."""
+        c = self._layer()
         (kh, kw), (sh, sw), (ph, pw) = c.kernel_size, c.stride, c.padding
         (oph, opw), (dh, dw) = c.output_padding, c.dilation
         p = self._packed_weights()
-        return (x, p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, p.wb, self._bias(),
+        return (p.phase, p.phase_frag, p.mma, p.mmh, p.mmh_exp, p.wgmma, p.wh, p.wh_exp, p.wb, self._bias(),
                 c.out_channels, kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, c.groups, self.split, self.config,
                 EPILOGUES.index(self.epilogue), float(self.epilogue_args[0]), float(self.epilogue_args[1]),
                 int(self.out_fp16))
 
+    def _args(self, x: torch.Tensor) -> tuple:
+        """The entry points' whole argument list for x (what _bound binds, with x first)."""
+        return (x,) + self._static_args()
+
+    def _bias_sources(self, bias) -> tuple:
+        """The tensors the kernels' bias vector is made from (FastConv adds a call's extra bias)."""
+        return (bias,)
+
+    def _bound(self):
+        """The extension's Bound for this layer, made again when anything it was made from changes:
+        the weight (pointer, version, shape), the tensors the bias is made from (pointer, version),
+        the layer's hyper-parameters, config, class, epilogue and output type, and the build (a
+        tools/ab_variants.py run swaps _ext). The tensors are held while bound, so that no pointer
+        of the key is reused by another tensor."""
+        c = self._layer()
+        w, bias = _weight_bias(c)
+        sources = self._bias_sources(bias)
+        key = (_ext, w.data_ptr(), w._version, w.shape,
+               tuple(None if t is None else (t.data_ptr(), t._version) for t in sources),
+               c.kernel_size, c.stride, c.padding, c.output_padding, c.dilation, c.groups, c.out_channels,
+               type(self), self.split, self.config, self.epilogue, tuple(self.epilogue_args), self.out_fp16)
+        d = self.__dict__
+        if d.get("_bound_key") != key:
+            obj = _ext.Bound(*self._static_args())
+            d["_bound_key"], d["_bound_obj"], d["_bound_held"] = key, obj, (w,) + tuple(sources)
+        return d["_bound_obj"]
+
+    def __getstate__(self):
+        """Copies and pickles leave the Bound out (made again at the copy's first call)."""
+        state = torch.nn.Module.__getstate__(self) if isinstance(self, torch.nn.Module) else self.__dict__.copy()
+        state["_bound_key"] = state["_bound_obj"] = state["_bound_held"] = None
+        return state
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _ext.conv_transpose2d_fast(*self._args(x))
+        return self._bound()(x)
 
     def plan(self, x: torch.Tensor) -> Plan:
         """Which kernel forward(x) runs and how (fast/dispatch.cu: the rule), launching nothing."""
-        return Plan(*_ext.conv_transpose2d_plan(*self._args(x)))
+        return Plan(*self._bound().plan(x))
 
     def _bias(self):
-        return self.conv_transpose2d.bias
+        return _weight_bias(self._layer())[1]
+
+
+def _weight_bias(conv) -> tuple:
+    """conv's weight and bias: through `_parameters` for a module (no nn.Module.__getattr__), as
+    attributes for the fused family's sub-convolutions (plain namespaces)."""
+    params = conv.__dict__.get("_parameters")
+    if params is not None:
+        return params["weight"], params.get("bias")
+    return conv.weight, getattr(conv, "bias", None)
 
 
 class FastConvTranspose2dBF16(FastConvTranspose2d):
@@ -137,7 +219,7 @@ class FastConvTranspose2dBF16(FastConvTranspose2d):
     def _bias(self):
         """The bias widened to fp32, once per bias version (a conversion per call is one more
         launch, which shows on small problems)."""
-        bias = self.conv_transpose2d.bias
+        bias = _weight_bias(self._layer())[1]
         if bias is None:
             return None
         key = (bias.data_ptr(), bias._version)

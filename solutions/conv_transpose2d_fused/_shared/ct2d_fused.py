@@ -33,7 +33,7 @@ class FastConv:
     """The fast library's call on an nn.ConvTranspose2d that the solution owns (its parameters stay
     the module's, created as the reference creates them, so matched seeds give the same weights).
     Not a module: it registers nothing, and it looks the parameters up on every call (a move to
-    another device may replace them). The packing, the arguments and plan are
+    another device may replace them). The packing, the arguments, the bound call and plan are
     FastConvTranspose2d's own (TF32 class, config 0).
 
     extra_bias (a call's argument): a parameter broadcast over the output's channels ((C, 1, 1)),
@@ -43,8 +43,16 @@ class FastConv:
     split = FastConvTranspose2d.split
     config = FastConvTranspose2d.config
     out_fp16 = FastConvTranspose2d.out_fp16
+    _layer = FastConvTranspose2d._layer
     _packed_weights = FastConvTranspose2d._packed_weights
+    _static_args = FastConvTranspose2d._static_args
     _args = FastConvTranspose2d._args
+    _bound = FastConvTranspose2d._bound  # the library's Bound, made again when an argument's source changes
+    __getstate__ = FastConvTranspose2d.__getstate__
+
+    def _bias_sources(self, bias) -> tuple:
+        """The layer's bias and a call's extra bias: the bias vector is made from both."""
+        return (bias, self._extra)
 
     def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0):
         if epilogue not in EPILOGUES:

@@ -802,7 +802,7 @@ bool run_mma(const torch::Tensor& x, const torch::Tensor& wm, const torch::Tenso
                              "epilogue %s", s.TR, s.TW, s.co_blocks, s.wres ? "resident (every chunk's)" : "per chunk",
                              epilogue_name(s.epi)));
       if (!plan.launch)
-        return plan.set(strf("ct2d_mmh<2, 8, %d, %d, %s, %s>", (int)KH, (int)KW, xmap ? "true" : "false",
+        return plan.set(strf("ct2d_mmh<2, 8, %d, %d, %s, %s, float>", (int)KH, (int)KW, xmap ? "true" : "false",
                              y.scalar_type() == at::kBFloat16 ? "__nv_bfloat16" : "float"),
                         "mma.cuh",
                         strf("tile %d rows x %d columns x 32 channels, %d channel block(s); x staged as fp32 by %s "
