@@ -594,3 +594,30 @@ def test_cpu_by_process_passes_a_sigterm_on_and_still_writes_what_it_recorded(tm
     assert rec.wait(timeout=30) == -signal.SIGTERM
     data = json.loads(out.read_text())
     assert data["returncode"] == -signal.SIGTERM and data["span_s"] < 30 and data["processes"]
+
+
+def test_the_device_scripts_parse_and_call_the_tools_as_they_are(tmp_path):
+    """tools/device/*.sh run on lent GPU hosts, where a mistake costs device time: each parses
+    (bash -n), and every option it passes to a repository tool is one that tool's --help names."""
+    import re
+    import subprocess
+    import sys
+    scripts = sorted((REPO_ROOT / "tools" / "device").glob("*.sh"))
+    assert {s.name for s in scripts} >= {"corpus_run.sh", "kernel_tests.sh", "bf16_families.sh", "ncu_source.sh"}
+    helps = {}
+    for script in scripts:
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script.name
+        text = script.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            for tool, rest in re.findall(r"python (tools/\w+\.py|run_eval\.py)((?:(?! -- )(?! python )[^|;&>])*)", line):
+                words, flags = rest.split(), re.findall(r"(?<!\S)(--[\w-]+)", rest)
+                sub = words[0] if words and not words[0].startswith(("-", "$", '"', ".")) else ""
+                key = (tool, sub)
+                if flags and key not in helps:
+                    argv = [sys.executable, str(REPO_ROOT / tool)] + ([sub] if key[1] else []) + ["--help"]
+                    helps[key] = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT).stdout
+                for flag in flags:
+                    assert flag in helps[key], (script.name, tool, sub, flag)
+    assert ("tools/corpus_verdicts.py", "phases") in helps and ("tools/gpu_smoke.py", "") in helps

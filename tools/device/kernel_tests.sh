@@ -8,8 +8,11 @@
 set -u
 D=${1:-540}; C=${2:-unknown}; F=${3:-}; OUT=${OUT:-/tmp/kernel_tests}; O="$OUT/kernel_tests"
 mkdir -p "$O"
-if [ -n "$F" ]; then sel=(--tests-from "$F")
-else sel=(--pytest-args "tests/test_gpu.py tests/test_gpu_fused.py tests/test_gpu_precision.py"); fi
-python tools/gpu_smoke.py --skip-pairs "${sel[@]}" --deadline "$D" --commit "$C" --out "$O" > "$O/line.txt" 2>&1
+if [ -n "$F" ]; then
+  python tools/gpu_smoke.py --skip-pairs --tests-from "$F" --deadline "$D" --commit "$C" --out "$O" > "$O/line.txt" 2>&1
+else
+  python tools/gpu_smoke.py --skip-pairs --pytest-args "tests/test_gpu.py tests/test_gpu_fused.py tests/test_gpu_precision.py" \
+      --deadline "$D" --commit "$C" --out "$O" > "$O/line.txt" 2>&1
+fi
 (cd "$OUT" && tar czf kernel_tests.tgz kernel_tests)
 tail -2 "$O/line.txt"
