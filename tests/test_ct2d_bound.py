@@ -9,6 +9,7 @@ import importlib.util
 import pickle
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -92,14 +93,16 @@ def test_the_binding_passes_every_argument_in_order_and_two_builds_live_in_one_p
     fast = fast_library(monkeypatch)
     params = fast.arg_list()
     assert params[0] == ("torch::Tensor", "x") and len(params) == fast._ARGS.count(",") + 1
-    for d in ("a", "b"):
-        (tmp_path / d).mkdir()
-    full = load_inline(name="ct2d_bound_full", cpp_sources=_stub_source(fast._ARGS) + fast.binding_source(),
-                       build_directory=str(tmp_path / "a"))
     short_args = ", ".join(f"{t} {n}" for t, n in params[:5])   # a revision with fewer arguments, no plan
     stub = _stub_source(short_args)
-    short = load_inline(name="ct2d_bound_short", cpp_sources=stub[:stub.index("std::vector<std::string>")]
-                        + fast.binding_source(short_args, plan=False), build_directory=str(tmp_path / "b"))
+    builds = {"full": _stub_source(fast._ARGS) + fast.binding_source(),
+              "short": stub[:stub.index("std::vector<std::string>")] + fast.binding_source(short_args, plan=False)}
+
+    def build(name):   # both at once (each compiler is one process; about 20 s each on 2 cores)
+        (tmp_path / name).mkdir()
+        return load_inline(name=f"ct2d_bound_{name}", cpp_sources=builds[name], build_directory=str(tmp_path / name))
+    with ThreadPoolExecutor(2) as pool:
+        full, short = pool.map(build, ("full", "short"))
     values = []
     for i, (t, _) in enumerate(params):
         if t == "torch::Tensor" or t.startswith("c10::optional"):
