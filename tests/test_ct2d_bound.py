@@ -156,6 +156,11 @@ def test_the_bound_call_is_made_once_and_again_when_what_it_was_made_from_change
         assert torch.equal(ext.made[-1][9], c.bias)
     assert made_again(lambda: setattr(c, "weight", torch.nn.Parameter(torch.randn(3, 4, 3, 3)))) == 1
     assert torch.equal(ext.made[-1][0], c.weight)
+    with torch.no_grad():
+        old_ptr = c.weight.data_ptr()
+        c.weight.data = torch.randn(3, 4, 3, 3)          # .data replaced: the bound storage stays held
+        assert m.__dict__["_bound_held"][0].data_ptr() == old_ptr != c.weight.data_ptr()
+        assert made_again(lambda: None) == 1 and m.__dict__["_bound_held"][0].data_ptr() == c.weight.data_ptr()
     assert made_again(lambda: setattr(c, "bias", None)) == 1 and ext.made[-1][9] is None
     assert made_again(lambda: setattr(m, "config", 5)) == 1 and ext.made[-1][23] == 5
     assert made_again(lambda: setattr(m, "epilogue", "tanh")) == 1 and ext.made[-1][24] == 2

@@ -160,8 +160,9 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         """The extension's Bound for this layer, made again when anything it was made from changes:
         the weight (pointer, version, shape), the tensors the bias is made from (pointer, version),
         the layer's hyper-parameters, config, class, epilogue and output type, and the build (a
-        tools/ab_variants.py run swaps _ext). The tensors are held while bound, so that no pointer
-        of the key is reused by another tensor."""
+        tools/ab_variants.py run swaps _ext). Their storages are held while bound (detached views:
+        a parameter whose .data is replaced still frees its old storage), so that no pointer of the
+        key is reused by another tensor."""
         c = self._layer()
         w, bias = _weight_bias(c)
         sources = self._bias_sources(bias)
@@ -172,7 +173,8 @@ class FastConvTranspose2d(ConvTranspose2dParams):
         d = self.__dict__
         if d.get("_bound_key") != key:
             obj = _ext.Bound(*self._static_args())
-            d["_bound_key"], d["_bound_obj"], d["_bound_held"] = key, obj, (w,) + tuple(sources)
+            d["_bound_key"], d["_bound_obj"] = key, obj
+            d["_bound_held"] = tuple(t.detach() for t in (w, *sources) if t is not None)
         return d["_bound_obj"]
 
     def __getstate__(self):
