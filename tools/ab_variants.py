@@ -101,11 +101,12 @@ def build_variant(name: str, files: dict[str, str], ct2d_fast, flags: list[str])
         for fname, text in files.items():
             (folder / fname).write_text(text)
         source, include = ct2d_fast.cuda_source(folder), [str(folder)]
-    args = [a.strip() for a in ct2d_fast._ARGS.split(",")]
-    n = variant_arity(files, len(args))
-    ext = load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.binding_source(", ".join(args[:n]), plan=False),
+    params = ct2d_fast.arg_list()
+    n = variant_arity(files, len(params))
+    args = ", ".join(f"{t} {a}" for t, a in params[:n])
+    ext = load_inline(name=f"ct2d_ab_{name}", cpp_sources=ct2d_fast.binding_source(args, plan=False),
                       cuda_sources=source, extra_include_paths=include, extra_cuda_cflags=flags)
-    return ext if n == len(args) else Truncated(ext, n)
+    return ext if n == len(params) else Truncated(ext, n)
 
 
 def take_option(argv: list[str], name: str, default):
