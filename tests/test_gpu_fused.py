@@ -73,6 +73,38 @@ def test_epilogues_match_pytorch_fused_or_not_and_plan_says_which(epilogue, a, b
     assert result.ok, result.message
 
 
+# A bf16 call with an epilogue: the library's fp32 rule on x widened, the epilogue on the fp32 sums
+# (stride 2: the phase kernel's store; stride 1: a pass over the fp32 output), rounded once to bf16.
+# 93's add_min_gelu_scale cancels near a sum of -0.5, where a bf16 sum's last place (2^-8) is the
+# whole result: a pass over a bf16 output failed the bf16 class there (rel L2 0.05 on 93, H100).
+@pytest.mark.parametrize("stride, fused", [(2, True), (1, False)])
+@pytest.mark.parametrize("epilogue, a, b", [("clamp_scale", 2.0, 0.0), ("mish_add_hardtanh_scale", 0.5, 2.0),
+                                           ("add_min_gelu_scale", 0.5, 2.0), ("gelu", 0.0, 0.0)])
+def test_bf16_epilogues_take_the_fp32_sums_rounded_once(epilogue, a, b, stride, fused):
+    import torch
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    from ct2d_fused import FastConvBF16
+    from harness.verdict.numerics import compare
+
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(64, 128, 4 - (stride == 1), stride=stride).cuda().bfloat16()
+    x = torch.rand(4, 64, 24, 24, device="cuda").bfloat16()   # 93's inputs: sums around -0.5 among them
+    fast = FastConvBF16(conv, epilogue, (a, b))
+    with torch.no_grad():
+        plan = fast.plan(x)
+        out = fast(x)
+        y = torch.nn.functional.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double(), stride)
+        truth = _reference(epilogue, a, b)(y)
+    assert plan.io == "bf16 via fp32", plan
+    words = f"epilogue {epilogue} in the store" if fused else f"epilogue {epilogue} as a pass of its own"
+    assert words in plan.config, plan
+    if epilogue == "add_min_gelu_scale":
+        assert ((y + a).abs() < 2.0 ** -8).sum() > 100, "no sums near the cancellation"
+    result = compare(out, truth, torch.bfloat16, load_config(REPO_ROOT / "configs" / "default.yaml").correctness.bf16)
+    assert result.ok, result.message
+
+
 def test_batch_norm_tail_updates_the_running_statistics_as_pytorch_does():
     """Three calls of 11's fast solution beside the problem's Model (training mode): each output
     in the TF32 class against the Model in float64, and the running statistics as PyTorch's."""

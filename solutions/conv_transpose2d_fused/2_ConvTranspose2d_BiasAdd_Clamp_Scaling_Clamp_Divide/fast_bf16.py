@@ -1,7 +1,7 @@
 """2 in bf16: ConvTranspose2d, + bias, clamp, x s, clamp, / s. The convolution on the fast library in
 bf16 (ct2d_fused.FastConvBF16: fast_bf16's kernels), the extra bias and the tail folded into its
-call (fast/epilogue.cuh, clamp_scale: in fp32 on the sums, before the one rounding to bf16, or as a
-pass over the bf16 output). bf16 class."""
+call (fast/epilogue.cuh, clamp_scale: in fp32 on the sums, before the one rounding to bf16: the
+library runs a bf16 call with an epilogue on its fp32 rule). bf16 class."""
 import sys
 from pathlib import Path
 

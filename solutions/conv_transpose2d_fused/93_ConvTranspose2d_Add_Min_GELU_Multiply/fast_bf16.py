@@ -1,7 +1,7 @@
 """93 in bf16: ConvTranspose2d, + a, min(., 0), GELU, x m. The convolution on the fast library in bf16
 (ct2d_fused.FastConvBF16: fast_bf16's kernels), the tail folded into its call (fast/epilogue.cuh,
-add_min_gelu_scale, GELU's exact erf form: in fp32 on the sums, before the one rounding to bf16, or
-as a pass over the bf16 output). bf16 class."""
+add_min_gelu_scale, GELU's exact erf form: in fp32 on the sums, before the one rounding to bf16:
+the library runs a bf16 call with an epilogue on its fp32 rule). bf16 class."""
 import sys
 from pathlib import Path
 
