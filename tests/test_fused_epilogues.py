@@ -138,8 +138,8 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
         return torch.tanh(v).reshape(n, c, h, w)
     z_types = []
 
-    def subpixel_interleave(z, offsets, sh, sw, c, h, w, bias, kind, a, b):  # split.cu's indexing
-        z_types.append(z.dtype)
+    def subpixel_interleave(z, offsets, sh, sw, c, h, w, bias, kind, a, b, out_bf16):  # split.cu's indexing
+        z_types.append((z.dtype, out_bf16))
         n, hz, wz = z.shape[0], z.shape[2], z.shape[3]
         e = torch.arange(n * c * h * w)
         ow, oh, cc, nn_ = e % w, e // w % h, e // (h * w) % c, e // (c * h * w)
@@ -152,7 +152,8 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
         if bias is not None:
             v = v + bias[cc]
         assert fast.EPILOGUES[kind] == "tanh"
-        return torch.tanh(v).reshape(n, c, h, w)
+        y = torch.tanh(v).reshape(n, c, h, w)
+        return y.to(torch.bfloat16) if out_bf16 else y   # each result rounded once
     monkeypatch.setitem(sys.modules, "ct2d_split", types.SimpleNamespace(extension=lambda: types.SimpleNamespace(
         phase_interleave=phase_interleave, subpixel_interleave=subpixel_interleave)))
     monkeypatch.syspath_prepend(str(FUSED / "_shared"))
@@ -183,12 +184,21 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
                     # z rounded once to fp16: within its half unit (2^-11 relative) of each z, tanh's slope at most 1
                     tol = 2.0 ** -11 * 20 if z_fp16 else 1e-12
                     torch.testing.assert_close(got, want, rtol=tol, atol=tol), (cls, k, s)
-                    assert z_types == ([torch.float16] if z_fp16 else [torch.float64] if cls is ct2d_fused.SubpixelConv
-                                       else []), z_types
+                    assert z_types == ([(torch.float16, False)] if z_fp16 else [(torch.float64, False)]
+                                       if cls is ct2d_fused.SubpixelConv else []), z_types
+                    if cls is ct2d_fused.SubpixelConv:   # a bf16 run's: y stored in bf16 by the pass
+                        z_types.clear()
+                        bf = cls(conv, "tanh", sign=-1.0, z_fp16=z_fp16, out_dtype=torch.bfloat16)
+                        bf.z_align = z_align
+                        got16 = bf(x, extra_bias=extra)
+                        assert got16.dtype == torch.bfloat16 and z_types[0][1] is True, z_types
+                        torch.testing.assert_close(got16.double(), want, rtol=2.0 ** -8 + tol, atol=tol)
                     conv.weight.mul_(-0.5)
     for epilogue in ("none", "gelu", "add_min_gelu_scale", "mish_add_hardtanh_scale"):  # no saturation: refused
         with pytest.raises(ValueError, match="saturating"):
             ct2d_fused.SubpixelConv(conv, epilogue, z_fp16=True)
+    with pytest.raises(ValueError, match="out_dtype"):
+        ct2d_fused.SubpixelConv(conv, "tanh", out_dtype=torch.float16)
 
 
 def _sp_emulated(x, w, stride, padding, output_padding):

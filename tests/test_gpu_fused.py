@@ -298,6 +298,38 @@ def test_subpixel_conv_with_z_in_fp16_matches_pytorch(case, epilogue, a, scale):
     bound = 2.0 ** -11 * (z.abs() + 2.0 ** -8 * terms) + 1e-5
     excess = ((out.double() - out32.double()).abs() - bound).max().item()
     assert excess <= 0, f"fp16 z off fp32 z's result by {excess:.3g} more than its rounding allows"
+
+
+# SubpixelConv's bf16 store (out_dtype bf16, as the fused bf16 solutions call it on x widened, with a
+# bf16 model's weight and biases): the pass's fp32 results rounded once to nearest as it stores them
+# (split.cu, st_y1 and st_y4), so the same call with an fp32 y, rounded by PyTorch, equals it bit for
+# bit: rows one output at a time (widths under 8) and four at a time with every head and tail, z in
+# fp32 and in fp16.
+@pytest.mark.parametrize("case", STRIDED_CASES + SUBPIXEL_WIDE_CASES, ids=_case_id)
+@pytest.mark.parametrize("epilogue, a, b, z_fp16", [("none", 0.0, 0.0, False), ("tanh", 0.0, 0.0, True),
+                                                    ("clamp_scale", 2.0, 0.0, True),
+                                                    ("add_min_gelu_scale", 0.5, 2.0, False)])
+def test_subpixel_conv_stores_bf16_as_its_fp32_result_rounded_once(case, epilogue, a, b, z_fp16):
+    import torch
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    import ct2d_fused
+
+    cin, cout, k, s, p, op, (h, w) = case
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda().to(torch.bfloat16)
+    extra = torch.randn(cout, 1, 1, device="cuda").to(torch.bfloat16)
+    x = torch.rand(2, cin, h, w, device="cuda").to(torch.bfloat16).float()   # bf16 values, widened
+    bf = ct2d_fused.SubpixelConv(conv, epilogue, (a, b), sign=-1.0, z_fp16=z_fp16, out_dtype=torch.bfloat16)
+    f32 = ct2d_fused.SubpixelConv(conv, epilogue, (a, b), sign=-1.0, z_fp16=z_fp16)
+    with torch.no_grad():
+        plan = bf.plan(x, extra_bias=extra)
+        out, out32 = bf(x, extra_bias=extra), f32(x, extra_bias=extra)
+    assert plan.io == "bf16 via fp32" and "y stored in bf16" in plan.config, plan
+    assert out.dtype == torch.bfloat16 and out32.dtype == torch.float32 and out.shape == out32.shape
+    assert torch.isfinite(out32).all()
+    differ = (out != out32.to(torch.bfloat16)).sum().item()
+    assert differ == 0, f"{differ} of {out.numel()} outputs are not the fp32 result rounded once"
     if scale == 1.0:
         tf32 = load_config(REPO_ROOT / "configs" / "default.yaml").correctness.tf32
         result = compare(out, truth, torch.float32, tf32)

@@ -3,7 +3,11 @@
 torch lacks) from two trees, compared kernel entry by kernel entry.
 
     python tools/ptx_diff.py BEFORE AFTER [--folder solutions/conv_transpose2d/_shared/fast] [--file dispatch.cu]
-                             [--show N]
+                             [--include FOLDER ...] [--show N]
+
+e.g. the fused family's interleaving pass, with the library's headers it includes:
+    python tools/ptx_diff.py HEAD~1 WORKTREE --folder solutions/conv_transpose2d_fused/_shared --file split.cu \
+        --include solutions/conv_transpose2d/_shared/fast
 
 BEFORE, AFTER: a git revision (its copy of the folder, by git archive) or WORKTREE (the folder as
 it is). Entries are compared after normalising what changes without the code changing: the file's
@@ -47,7 +51,7 @@ def tree_folder(spec: str, folder: str, scratch: Path) -> Path:
     return out / folder
 
 
-def compile_ptx(folder: Path, name: str, scratch: Path) -> str:
+def compile_ptx(folder: Path, name: str, scratch: Path, extra: tuple[Path, ...] = ()) -> str:
     from torch.utils import cpp_extension
 
     from harness.compile.compile_only import stub_dir
@@ -58,7 +62,7 @@ def compile_ptx(folder: Path, name: str, scratch: Path) -> str:
     out = scratch / f"side-{len(list(scratch.glob('side-*.ptx')))}.ptx"
     cmd = [nvcc, *FLAGS, *cpp_extension.COMMON_NVCC_FLAGS, *[f"-I{p}" for p in includes],
            f"-I{sysconfig.get_paths()['include']}", *([f"-I{stubs}"] if stubs else []), f"-I{cuda_include}",
-           f"-I{folder}", "-ptx", str(folder / name), "-o", str(out)]
+           f"-I{folder}", *[f"-I{p}" for p in extra], "-ptx", str(folder / name), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
@@ -120,13 +124,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("after")
     ap.add_argument("--folder", default=FOLDER, help=f"the library's folder in the repository (default {FOLDER})")
     ap.add_argument("--file", default="dispatch.cu", help="the translation unit in it (default dispatch.cu)")
+    ap.add_argument("--include", action="append", default=[], metavar="FOLDER",
+                    help="a repository folder also on the include path, as the working tree has it (both sides)")
     ap.add_argument("--show", type=int, default=0, metavar="N",
                     help="print the first N lines of each differing entry's unified diff (default 0: none)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="ptx_diff_") as tmp:
         scratch = Path(tmp)
-        sides = [entries(compile_ptx(tree_folder(spec, args.folder, scratch), args.file, scratch))
+        extra = tuple(ROOT / f for f in args.include)
+        sides = [entries(compile_ptx(tree_folder(spec, args.folder, scratch), args.file, scratch, extra))
                  for spec in (args.before, args.after)]
     differ, renamed, gone, new, same = compare(*sides)
     for name in differ:

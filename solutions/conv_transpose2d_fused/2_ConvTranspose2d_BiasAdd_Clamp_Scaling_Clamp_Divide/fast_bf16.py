@@ -1,7 +1,8 @@
-"""2 in bf16: ConvTranspose2d, + bias, clamp, x s, clamp, / s. The convolution on the fast library in
-bf16 (ct2d_fused.FastConvBF16: fast_bf16's kernels), the extra bias and the tail folded into its
-call (fast/epilogue.cuh, clamp_scale: in fp32 on the sums, before the one rounding to bf16: the
-library runs a bf16 call with an epilogue on its fp32 rule). bf16 class."""
+"""2 in bf16: ConvTranspose2d, + bias, clamp, x s, clamp, / s. The fp32 solution's path (fast.py:
+ct2d_fused.SubpixelConv, one stride-1 convolution of the four phases with z in fp16, then split.cu's
+pass with the bias and clamp_scale) on x widened to fp32 (exact) and the model's bf16 weight widened
+(exact), so the products are the fp32 solution's; the pass stores y in bf16, each fp32 result
+rounded once. bf16 class."""
 import sys
 from pathlib import Path
 
@@ -9,10 +10,13 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
-from ct2d_fused import FastConvBF16  # noqa: E402
+from ct2d_fused import SubpixelConv  # noqa: E402
+from ct2d_split import extension  # noqa: E402
 
 PRECISIONS = ("bf16",)
 DEVICES = ("cuda",)
+
+extension()   # split.cu, built at import (the library with it, through ct2d_fused): the harness's build step compiles them
 
 
 class ModelNew(nn.Module):
@@ -23,7 +27,8 @@ class ModelNew(nn.Module):
                                                  padding=padding, output_padding=output_padding)
         self.bias = nn.Parameter(torch.randn(bias_shape))
         self.scaling_factor = scaling_factor
-        self.fast = FastConvBF16(self.conv_transpose, "clamp_scale", (scaling_factor, 0.0))
+        self.fast = SubpixelConv(self.conv_transpose, "clamp_scale", (scaling_factor, 0.0), z_fp16=True,
+                                 out_dtype=torch.bfloat16)
 
     def forward(self, x):
-        return self.fast(x, extra_bias=self.bias)
+        return self.fast(x.float(), extra_bias=self.bias)

@@ -18,7 +18,17 @@ sys.path.insert(0, str(_HERE.parents[1] / "conv_transpose2d" / "_shared"))
 from ct2d_fast import EPILOGUES, FastConvTranspose2d, Plan  # noqa: E402
 from ct2d_phases import output_size, phases, subpixel_taps, subpixel_weight  # noqa: E402
 
-__all__ = ["EPILOGUES", "FastConv", "FastConvBF16", "SplitConv", "StridedConv", "SubpixelConv", "channel_block_min"]
+_HALF_TYPES = (torch.bfloat16, torch.float16)
+
+
+def widened(t: torch.Tensor) -> torch.Tensor:
+    """t in fp32 where it is a 16-bit float type (exact), else t itself: a bf16 model's weight for
+    the fp32 kernels that a bf16 run takes on x widened."""
+    return t.float() if t.dtype in _HALF_TYPES else t
+
+
+__all__ = ["EPILOGUES", "FastConv", "FastConvBF16", "SplitConv", "StridedConv", "SubpixelConv", "channel_block_min",
+           "widened"]
 
 
 def channel_block_min(y: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -73,15 +83,20 @@ class FastConv:
         return FastConvTranspose2d.plan(self, x)
 
     def _bias(self):
+        """The kernels' bias vector: the layer's bias, with the extra one folded in (in fp32), or a
+        16-bit bias (a bf16 model's, called on x widened) widened to fp32, once per version."""
         conv_bias, extra = self.conv_transpose2d.bias, self._extra
-        if extra is None:
+        if extra is None and (conv_bias is None or conv_bias.dtype not in _HALF_TYPES):
             return conv_bias
         key = tuple((t.data_ptr(), t._version) for t in (conv_bias, extra) if t is not None)
         if self._bias_key != key:
-            dt = torch.promote_types(extra.dtype, torch.float32)  # bf16 runs: the sum in fp32, not rounded to bf16
-            b = self.sign * extra.detach().reshape(-1).to(dt)
-            if conv_bias is not None:
-                b = conv_bias.detach().to(dt) + b
+            if extra is None:
+                b = conv_bias.detach().float()
+            else:
+                dt = torch.promote_types(extra.dtype, torch.float32)  # bf16 runs: the sum in fp32, not rounded to bf16
+                b = self.sign * extra.detach().reshape(-1).to(dt)
+                if conv_bias is not None:
+                    b = conv_bias.detach().to(dt) + b
             self._bias_value, self._bias_key = b.float().contiguous(), key
         return self._bias_value
 
@@ -99,17 +114,6 @@ class FastConvBF16(FastConv):
         if x.dtype != torch.bfloat16:
             raise TypeError(f"FastConvBF16 is for bf16 runs (--precision bf16); x is {x.dtype}")
         return super().__call__(x, extra_bias)
-
-    def _bias(self):
-        """FastConv's bias vector, widened to fp32 once per version where no extra bias is folded in
-        (with one, FastConv's is fp32 already)."""
-        bias = self.conv_transpose2d.bias
-        if self._extra is not None or bias is None:
-            return super()._bias()
-        key = ("bf16", bias.data_ptr(), bias._version)
-        if self._bias_key != key:
-            self._bias_value, self._bias_key = bias.detach().float(), key
-        return self._bias_value
 
 
 class SplitConv(FastConv):
@@ -222,7 +226,7 @@ class StridedConv(FastConv):
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._sp_key != key:
             plist = phases(c.kernel_size, c.stride, c.padding)
-            packed, offsets = pack_weights(w, plist, c.stride)
+            packed, offsets = pack_weights(widened(w), plist, c.stride)
             self._sp, self._sp_key = (plist, packed, offsets), key
         return self._sp
 
@@ -291,17 +295,23 @@ class SubpixelConv(FastConv):
     rounded once to nearest, as the class allows) but not fp32's range: past 65504 a value becomes
     +-inf, which only an epilogue that saturates there maps to what the fp32 value would give
     (SATURATING: tanh, clamp_scale); any other is refused. Its width is rounded up to a multiple
-    of 8 at least (the pass reads z's rows as 16-byte pieces)."""
+    of 8 at least (the pass reads z's rows as 16-byte pieces).
+
+    out_dtype: y's type, fp32 or bf16. bf16 (a bf16 run's solution, which calls it on x widened to
+    fp32, exactly, with the model's bf16 weight widened here): the pass rounds each fp32 result
+    once to bf16 as it stores it, half the bytes of an fp32 y and no conversion pass after it."""
 
     z_align = 4
     SATURATING = ("tanh", "clamp_scale")
 
     def __init__(self, conv: nn.ConvTranspose2d, epilogue: str = "none", epilogue_args=(0.0, 0.0), sign: float = 1.0,
-                 z_fp16: bool = False):
+                 z_fp16: bool = False, out_dtype: torch.dtype = torch.float32):
         super().__init__(conv, epilogue, epilogue_args, sign)
         if z_fp16 and epilogue not in self.SATURATING:
             raise ValueError(f"z_fp16 needs a saturating epilogue ({', '.join(self.SATURATING)}), not {epilogue!r}")
-        self.z_fp16 = bool(z_fp16)
+        if out_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"out_dtype: torch.float32 or torch.bfloat16, not {out_dtype}")
+        self.z_fp16, self.out_dtype = bool(z_fp16), out_dtype
         self._plist = self._sub = self._sub_key = None
 
     def applies(self, x: torch.Tensor) -> bool:
@@ -324,7 +334,7 @@ class SubpixelConv(FastConv):
         key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
         if self._sub_key != key:
             plist = phases(c.kernel_size, c.stride, c.padding)
-            wsub = subpixel_weight(w, plist, c.stride)
+            wsub = subpixel_weight(widened(w), plist, c.stride)
             if self._sub_key is None or self._sub_key[2:] != key[2:]:
                 self._sub = FastConv(SimpleNamespace(
                     weight=wsub, bias=None, kernel_size=subpixel_taps(plist), stride=(1, 1), padding=(0, 0),
@@ -341,6 +351,7 @@ class SubpixelConv(FastConv):
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
         if not self.applies(x):
             y = super().__call__(x, extra_bias)
+            y = y.to(torch.bfloat16) if self.out_dtype == torch.bfloat16 else y
             return channel_block_min(y) if channel_min else y
         from ct2d_split import extension
         self._extra = extra_bias
@@ -352,7 +363,7 @@ class SubpixelConv(FastConv):
         y = extension().subpixel_interleave(z, [v for p in plist for v in (p.ch, p.cw)], sh, sw, c.out_channels,
                                             output_size(x.shape[2], kh, sh, ph, oph),
                                             output_size(x.shape[3], kw, sw, pw, opw), self._bias(),
-                                            EPILOGUES.index(self.epilogue), a, b)
+                                            EPILOGUES.index(self.epilogue), a, b, self.out_dtype == torch.bfloat16)
         return channel_block_min(y) if channel_min else y
 
     def plan(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> Plan:
@@ -363,7 +374,9 @@ class SubpixelConv(FastConv):
         th, tw = subpixel_taps(plist)
         more = ", then the minimum over each block of 64 output channels" if channel_min else ""
         z = f"z in fp16 ({q.io})" if self.z_fp16 else "z in fp32"
+        bf16 = self.out_dtype == torch.bfloat16
         return Plan(q.kernel, q.file,
                     f"one stride-1 convolution of {len(plist)} phases x {self.conv_transpose2d.out_channels} "
                     f"channels (sub-kernel {th}x{tw}): {q.config}; {z}; then subpixel_interleave (split.cu) with the "
-                    f"bias and epilogue {self.epilogue}{more}", "fp32")
+                    f"bias and epilogue {self.epilogue}{', y stored in bf16' if bf16 else ''}{more}",
+                    "bf16 via fp32" if bf16 else "fp32")

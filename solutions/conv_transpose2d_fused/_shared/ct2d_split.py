@@ -17,7 +17,8 @@ torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int6
     int64_t stride_w, int64_t N, int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue,
     double epi_a, double epi_b);
 torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets, int64_t stride_h, int64_t stride_w,
-    int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue, double epi_a, double epi_b);
+    int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue, double epi_a, double epi_b,
+    bool out_bf16);
 """
 
 

@@ -5,8 +5,10 @@
 // (ct2d_fused.SubpixelConv). Built by ct2d_split.py.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
 #include <torch/extension.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "epilogue.cuh"  // the library's epilogues (solutions/conv_transpose2d/_shared/fast/, on the include path)
@@ -51,7 +53,7 @@ __global__ void phase_interleave_kernel(float* __restrict__ out, const Phases ph
 // (streaming loads). EPI: the epilogue's kind, fixed at compile time so its switch folds away. SW:
 // the column stride if 2, else 0 (any: a division per output). ZT: z's element type, float or
 // __half (SubpixelConv's z_fp16: only where the epilogue saturates, so that an fp16 overflow to
-// +-inf gives what the fp32 value would).
+// +-inf gives what the fp32 value would). OT: y's element type, float or __nv_bfloat16 (st_y1, st_y4).
 // Measured on the H200 (93's shapes, 2.2 GB moved): one thread per output group with the offsets in
 // an array of the kernel's parameters ran at 0.5 TB/s; Nsight Compute put it at 98% "compute",
 // the memory pipes 98% busy and DRAM 7%: a dynamic index into a parameter's array is a
@@ -73,6 +75,19 @@ __device__ __forceinline__ float ld_z(const float* p) { return __ldcs(p); }
 __device__ __forceinline__ float ld_z(const __half* p) {
   return __half2float(__ushort_as_half(__ldcs(reinterpret_cast<const unsigned short*>(p))));
 }
+// y's stores by its element type OT (streaming): float, or __nv_bfloat16 (each value rounded once to
+// nearest from the fp32 result: a bf16 run's output, half the bytes). st_y4: outputs 4g..4g+3 of y
+// (a 16-byte vector of fp32, 8 bytes of bf16; y aligned to that)
+__device__ __forceinline__ void st_y1(float* p, float v) { __stcs(p, v); }
+__device__ __forceinline__ void st_y1(__nv_bfloat16* p, float v) {
+  __stcs(reinterpret_cast<unsigned short*>(p), __bfloat16_as_ushort(__float2bfloat16_rn(v)));
+}
+__device__ __forceinline__ void st_y4(float* y, int g, float4 v) { __stcs(reinterpret_cast<float4*>(y) + g, v); }
+__device__ __forceinline__ void st_y4(__nv_bfloat16* y, int g, float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  __stcs(reinterpret_cast<uint2*>(y) + g,
+         make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
+}
 
 // The staged fp16 path's copy of 8 z columns (16 bytes) from col into shared memory: zeros where the
 // row is outside z (zr null) or col at or past Wz (Wz and col multiples of 8: whole pieces). A
@@ -84,9 +99,9 @@ __device__ __forceinline__ void stage8(__half* dst, const __half* zr, int col, i
   *reinterpret_cast<uint4*>(dst) = v;
 }
 
-template <int EPI, int SW, int KV, class ZT>
+template <int EPI, int SW, int KV, class ZT, class OT>
 __global__ void __launch_bounds__(kThreads)
-    subpixel_interleave_kernel(float* __restrict__ out, const ZT* __restrict__ z, const SubPhases ph,
+    subpixel_interleave_kernel(OT* __restrict__ out, const ZT* __restrict__ z, const SubPhases ph,
                                const float* __restrict__ bias, float epi_a, float epi_b, int C, int H, int W,
                                int sh, int sw_rt, int Hz, int Wz, int rows, bool staged) {
   constexpr int kU = KV == 4 ? 4 : 8;  // steps per pass over a row: 512 or 256 outputs
@@ -128,14 +143,16 @@ __global__ void __launch_bounds__(kThreads)
         return t < Hz && u < Wz ? ld_z(zp + rw * phase_step + (int64_t)t * Wz + u) : 0.f;
       }
     };
-    float* yrow = out + (int64_t)row * W;
-    const int head = KV == 4 ? min(W, (int)((0u - (unsigned)(reinterpret_cast<uintptr_t>(yrow) >> 2)) & 3u)) : 0;
+    OT* yrow = out + (int64_t)row * W;
+    // outputs before the row's first 4-output boundary (16 bytes of fp32, 8 of bf16)
+    const unsigned at = (unsigned)(reinterpret_cast<uintptr_t>(yrow) >> (sizeof(OT) == 4 ? 2 : 1));
+    const int head = KV == 4 ? min(W, (int)((0u - at) & 3u)) : 0;
     const int groups = (W - head) / KV, rest = W - head - groups * KV;  // KV 1: rest 0
     if (KV == 4 && lane < head + rest) {
       const int ow = lane < head ? lane : head + groups * KV + (lane - head);
-      __stcs(yrow + ow, epi(value(ow) + bv));
+      st_y1(yrow + ow, epi(value(ow) + bv));
     }
-    float* yv = yrow + head;  // 16-byte aligned where KV is 4
+    OT* yv = yrow + head;  // aligned to 4 outputs where KV is 4
     if constexpr (kStaged) {
       if (staged) {
         __shared__ __align__(16) __half zs[kThreads / 32][2][kWin];
@@ -162,8 +179,7 @@ __global__ void __launch_bounds__(kThreads)
             const float e0 = __half2float(s0[d0 + 2 * gl]), e1 = __half2float(s0[d0 + 2 * gl + 1]);
             const float o0 = __half2float(s1[d1 + 2 * gl]), o1 = __half2float(s1[d1 + 2 * gl + 1]);
             const float4 q = odd ? make_float4(o0, e0, o1, e1) : make_float4(e0, o0, e1, o1);
-            __stcs(reinterpret_cast<float4*>(yv) + g0 + gl,
-                   make_float4(epi(q.x + bv), epi(q.y + bv), epi(q.z + bv), epi(q.w + bv)));
+            st_y4(yv, g0 + gl, make_float4(epi(q.x + bv), epi(q.y + bv), epi(q.z + bv), epi(q.w + bv)));
           }
         }
         continue;
@@ -182,11 +198,10 @@ __global__ void __launch_bounds__(kThreads)
         const int g = g0 + 32 * k + lane;
         if (g >= groups) break;
         if constexpr (KV == 4) {
-          __stcs(reinterpret_cast<float4*>(yv) + g,
-                 make_float4(epi(v[k][0] + bv), epi(v[k][1] + bv), epi(v[k][2] + bv), epi(v[k][3] + bv)));
+          st_y4(yv, g, make_float4(epi(v[k][0] + bv), epi(v[k][1] + bv), epi(v[k][2] + bv), epi(v[k][3] + bv)));
         } else {
 #pragma unroll
-          for (int q = 0; q < KV; ++q) __stcs(yv + g * KV + q, epi(v[k][q] + bv));
+          for (int q = 0; q < KV; ++q) st_y1(yv + g * KV + q, epi(v[k][q] + bv));
         }
       }
     }
@@ -244,10 +259,11 @@ torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int6
 
 // z: [N, P * C, Hz, Wz] fp32 (or fp16 with a saturating epilogue: tanh, clamp_scale) contiguous,
 // phase p = rh * stride_w + rw in channels p * C..; offsets:
-// (ch, cw) per phase; bias: per channel or undefined; the epilogue as the library's.
+// (ch, cw) per phase; bias: per channel or undefined; the epilogue as the library's; out_bf16: y in
+// bf16 (each value the fp32 one rounded once to nearest), else fp32.
 torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets, int64_t stride_h, int64_t stride_w,
                                   int64_t C, int64_t H, int64_t W, c10::optional<torch::Tensor> bias, int64_t epilogue,
-                                  double epi_a, double epi_b) {
+                                  double epi_a, double epi_b, bool out_bf16) {
   const int64_t np = stride_h * stride_w;
   TORCH_CHECK(np >= 1 && np <= kMaxPhases && (int64_t)offsets.size() == 2 * np,
               "subpixel_interleave: two offsets per phase, at most ", kMaxPhases, " phases");
@@ -275,9 +291,9 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
     b = bias_c.data_ptr<float>();
   }
   const int64_t N = z.size(0), Hz = z.size(2), Wz = z.size(3);
-  auto out = torch::empty({N, C, H, W}, z.options().dtype(at::kFloat));
+  auto out = torch::empty({N, C, H, W}, z.options().dtype(out_bf16 ? at::kBFloat16 : at::kFloat));
   if (out.numel() == 0) return out;
-  const bool vec = W >= 8;  // KV 4: a row's head and tail one float each, the rest 16-byte vectors
+  const bool vec = W >= 8;  // KV 4: a row's head and tail one output each, the rest 4-output vectors
   // fp16 z staged through shared memory in 16-byte pieces: rows of whole pieces, 16-byte aligned
   const bool staged = z16 && Wz % 8 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
   const int64_t rows = N * C * H;
@@ -289,9 +305,16 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
   auto launch = [&](auto epi, auto sw2, auto kv, auto zt) {
     constexpr int EPI = decltype(epi)::value, SW = decltype(sw2)::value, K = decltype(kv)::value;
     using ZT = typename decltype(zt)::type;
-    subpixel_interleave_kernel<EPI, SW, K, ZT><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        out.data_ptr<float>(), reinterpret_cast<const ZT*>(z.data_ptr()), ph, b, a, bb, (int)C, (int)H, (int)W,
-        (int)stride_h, (int)stride_w, (int)Hz, (int)Wz, (int)rows, staged);
+    auto run = [&](auto* y) {
+      using OT = std::remove_pointer_t<decltype(y)>;
+      subpixel_interleave_kernel<EPI, SW, K, ZT, OT><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          y, reinterpret_cast<const ZT*>(z.data_ptr()), ph, b, a, bb, (int)C, (int)H, (int)W, (int)stride_h,
+          (int)stride_w, (int)Hz, (int)Wz, (int)rows, staged);
+    };
+    if (out_bf16)
+      run(reinterpret_cast<__nv_bfloat16*>(out.data_ptr()));
+    else
+      run(out.data_ptr<float>());
   };
   auto by_type = [&](auto epi, auto sw2, auto kv) {
     constexpr int EPI = decltype(epi)::value;
