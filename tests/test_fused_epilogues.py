@@ -199,6 +199,27 @@ def test_split_and_subpixel_conv_plumbing_with_the_library_and_the_interleave_ke
             ct2d_fused.SubpixelConv(conv, epilogue, z_fp16=True)
     with pytest.raises(ValueError, match="out_dtype"):
         ct2d_fused.SubpixelConv(conv, "tanh", out_dtype=torch.float16)
+    # a bf16 x as it is: the sub-convolution on a bf16 weight (the library's bf16 rows), z in bf16
+    # (also with z_fp16, which does not apply), z's width a multiple of 8 (16-byte pieces); the same
+    # object on x widened goes back to the fp32 path (a widened weight, z as asked)
+    conv16 = torch.nn.ConvTranspose2d(3, 5, (4, 4), stride=(2, 2), padding=(1, 1)).to(torch.bfloat16)
+    x16 = torch.randn(2, 3, 7, 6).to(torch.bfloat16)
+    extra16 = torch.randn(5, 1, 1).to(torch.bfloat16)
+    with torch.no_grad():
+        folded = (conv16.bias.double() - extra16.double().reshape(-1)).float().double()
+        want = torch.tanh(F.conv_transpose2d(x16.double(), conv16.weight.double(), folded, 2, 1))
+        for z_fp16 in (False, True):
+            sub = ct2d_fused.SubpixelConv(conv16, "tanh", sign=-1.0, z_fp16=z_fp16, out_dtype=torch.bfloat16)
+            for xin, z_type in ((x16, torch.bfloat16), (x16.float(), torch.float16 if z_fp16 else torch.float32),
+                                (x16, torch.bfloat16)):
+                z_types.clear()
+                got = sub(xin, extra_bias=extra16)
+                assert z_types == [(z_type, True)] and got.dtype == torch.bfloat16, z_types
+                assert sub._sub.conv_transpose2d.weight.dtype == (torch.bfloat16 if xin.dtype == torch.bfloat16
+                                                                 else torch.float32)
+                assert sub._sub.conv_transpose2d.output_padding[1] + 6 + 1 in (8, 16) or z_type == torch.float32
+                # z (bf16: 2^-9 relative, tanh's slope at most 1) and y rounded once each
+                torch.testing.assert_close(got.double(), want, rtol=2.0 ** -7, atol=2.0 ** -7)
 
 
 def _sp_emulated(x, w, stride, padding, output_padding):

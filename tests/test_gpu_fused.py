@@ -336,6 +336,43 @@ def test_subpixel_conv_stores_bf16_as_its_fp32_result_rounded_once(case, epilogu
     assert differ == 0, f"{differ} of {out.numel()} outputs are not the fp32 result rounded once"
 
 
+# SubpixelConv on a bf16 x as it is (a bf16 solution's way where its epilogue does not cancel: not
+# 93's): the stride-1 convolution on the library's bf16 rows, z in bf16 (each sum rounded once), the
+# pass reading it as 16-byte pieces where z's rows allow; the bf16 class against float64, the plan
+# naming z in bf16 and io "bf16", and its kernel the one that ran.
+@pytest.mark.parametrize("case", STRIDED_CASES + SUBPIXEL_WIDE_CASES, ids=_case_id)
+@pytest.mark.parametrize("epilogue, a, b", [("none", 0.0, 0.0), ("tanh", 0.0, 0.0), ("clamp_scale", 2.0, 0.0),
+                                           ("mish_add_hardtanh_scale", 0.5, 2.0)])
+def test_subpixel_conv_on_a_bf16_x_is_in_the_bf16_class(case, epilogue, a, b):
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(FUSED / "_shared"))
+    import ct2d_fused
+    from harness.verdict.numerics import compare
+
+    cin, cout, k, s, p, op, (h, w) = case
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride=s, padding=p, output_padding=op).cuda().to(torch.bfloat16)
+    extra = torch.randn(cout, 1, 1, device="cuda").to(torch.bfloat16)
+    x = torch.rand(2, cin, h, w, device="cuda").to(torch.bfloat16)
+    sub = ct2d_fused.SubpixelConv(conv, epilogue, (a, b), sign=-1.0, out_dtype=torch.bfloat16)
+    with torch.no_grad():
+        plan = sub.plan(x, extra_bias=extra)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = sub(x, extra_bias=extra)
+            torch.cuda.synchronize()
+        y = F.conv_transpose2d(x.double(), conv.weight.double(),
+                               conv.bias.double() - extra.double().reshape(-1), s, p, op)
+        truth = y if epilogue == "none" else _reference(epilogue, a, b)(y)
+    assert plan.io == "bf16" and "z in bf16" in plan.config, plan
+    assert plan.kernel in _kernels_ran(prof), (plan, sorted(_kernels_ran(prof)))
+    assert out.dtype == torch.bfloat16
+    result = compare(out, truth, torch.bfloat16, load_config(REPO_ROOT / "configs" / "default.yaml").correctness.bf16)
+    assert result.ok, result.message
+
+
 @pytest.mark.parametrize("cls, staging, persistent", [("SplitConv", None, False), ("StridedConv", 4, False),
                                                      ("StridedConv", 16, False), ("StridedConv", 16, True),
                                                      ("SubpixelConv", None, False)])

@@ -280,8 +280,8 @@ class SubpixelConv(FastConv):
     H200: all phases in one launch, each staged input chunk used by phases x Cout channels), then
     one pass (split.cu: subpixel_interleave) that puts each phase's values in place with the bias
     (the extra one folded in) and the epilogue. Where it does not apply (stride 1, groups,
-    dilation, more than 16 phases, not fp32 CUDA, 2^31 outputs or more, a phase offset of 256 or more)
-    the call is FastConv's.
+    dilation, more than 16 phases, not fp32 or bf16 CUDA, 2^31 outputs or more, a phase offset of 256
+    or more) the call is FastConv's.
     The stride-1 weight is built once per weight version (refreshed in place, so the library's
     packing follows). channel_min as StridedConv's (here by a pass over the output).
     z's width is rounded up to a multiple of z_align by output padding (its extra columns read
@@ -297,9 +297,16 @@ class SubpixelConv(FastConv):
     (SATURATING: tanh, clamp_scale); any other is refused. Its width is rounded up to a multiple
     of 8 at least (the pass reads z's rows as 16-byte pieces).
 
-    out_dtype: y's type, fp32 or bf16. bf16 (a bf16 run's solution, which calls it on x widened to
-    fp32, exactly, with the model's bf16 weight widened here): the pass rounds each fp32 result
-    once to bf16 as it stores it, half the bytes of an fp32 y and no conversion pass after it."""
+    out_dtype: y's type, fp32 or bf16. bf16: the pass rounds each fp32 result once to bf16 as it
+    stores it, half the bytes of an fp32 y and no conversion pass after it.
+
+    A bf16 run's solution calls it either on x widened to fp32 (exact; a bf16 model's weight is
+    widened here), which is the fp32 path above, or on its bf16 x as it is: then the stride-1
+    convolution runs on the library's bf16 rows (bf16 products on the weight's bf16 parts, x read
+    as it is, fp32 sums) and writes z in bf16 (each sum rounded once; z_fp16 does not apply), and
+    the pass reads that z (16-byte pieces, as for fp16). z's rounding comes before the bias and the
+    epilogue: fine for an epilogue that does not cancel, not for 93's add_min_gelu_scale, whose
+    solution widens x."""
 
     z_align = 4
     SATURATING = ("tanh", "clamp_scale")
@@ -317,7 +324,7 @@ class SubpixelConv(FastConv):
     def applies(self, x: torch.Tensor) -> bool:
         c = self.conv_transpose2d
         (sh, sw), (kh, kw), (ph, pw), (oph, opw) = c.stride, c.kernel_size, c.padding, c.output_padding
-        return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 4 and c.groups == 1
+        return (x.is_cuda and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 4 and c.groups == 1
                 and tuple(c.dilation) == (1, 1) and (sh, sw) != (1, 1) and sh * sw <= 16
                 and x.shape[0] * c.out_channels * output_size(x.shape[2], kh, sh, ph, oph)
                 * output_size(x.shape[3], kw, sw, pw, opw) < 2 ** 31
@@ -328,13 +335,15 @@ class SubpixelConv(FastConv):
         subpixel_weight, its weight refreshed in place when the module's changes (copy_ moves its
         version, so the library repacks), made anew on another device or shape; its output
         padding set for x: z's width (x's plus the sub-kernel's, less one) up to a multiple of
-        z_align (8 at least for an fp16 z); z's type (z_fp16)."""
+        z_align (8 at least for a 16-bit z); z's type (z_fp16 for an fp32 x; bf16 for a bf16 x, whose
+        sub-convolution keeps a bf16 weight for the library's bf16 rows, where an fp32 x's widens it)."""
         c = self.conv_transpose2d
         w = c.weight.detach()
-        key = (w.data_ptr(), w._version, tuple(w.shape), w.device)
+        bf16_x = x.dtype == torch.bfloat16
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.device, bf16_x)
         if self._sub_key != key:
             plist = phases(c.kernel_size, c.stride, c.padding)
-            wsub = subpixel_weight(widened(w), plist, c.stride)
+            wsub = subpixel_weight(w if bf16_x else widened(w), plist, c.stride)
             if self._sub_key is None or self._sub_key[2:] != key[2:]:
                 self._sub = FastConv(SimpleNamespace(
                     weight=wsub, bias=None, kernel_size=subpixel_taps(plist), stride=(1, 1), padding=(0, 0),
@@ -343,9 +352,10 @@ class SubpixelConv(FastConv):
                 self._sub.conv_transpose2d.weight.copy_(wsub)
             self._plist, self._sub_key = plist, key
         sc = self._sub.conv_transpose2d
-        align = max(self.z_align, 8) if self.z_fp16 else self.z_align  # fp16: the pass stages 16-byte pieces
+        z16 = self.z_fp16 and not bf16_x
+        align = max(self.z_align, 8) if z16 or bf16_x else self.z_align  # 16-bit z: the pass stages 16-byte pieces
         sc.output_padding = (0, -(x.shape[3] + sc.kernel_size[1] - 1) % align)
-        self._sub.out_fp16 = self.z_fp16
+        self._sub.out_fp16 = z16
         return self._plist, self._sub
 
     def __call__(self, x: torch.Tensor, extra_bias: torch.Tensor | None = None, channel_min: bool = False) -> torch.Tensor:
@@ -373,10 +383,11 @@ class SubpixelConv(FastConv):
         q = sub.plan(x)
         th, tw = subpixel_taps(plist)
         more = ", then the minimum over each block of 64 output channels" if channel_min else ""
-        z = f"z in fp16 ({q.io})" if self.z_fp16 else "z in fp32"
+        z = (f"z in bf16 ({q.io})" if x.dtype == torch.bfloat16 else f"z in fp16 ({q.io})" if self.z_fp16
+             else "z in fp32")
         bf16 = self.out_dtype == torch.bfloat16
         return Plan(q.kernel, q.file,
                     f"one stride-1 convolution of {len(plist)} phases x {self.conv_transpose2d.out_channels} "
                     f"channels (sub-kernel {th}x{tw}): {q.config}; {z}; then subpixel_interleave (split.cu) with the "
                     f"bias and epilogue {self.epilogue}{', y stored in bf16' if bf16 else ''}{more}",
-                    "bf16 via fp32" if bf16 else "fp32")
+                    ("bf16" if x.dtype == torch.bfloat16 else "bf16 via fp32") if bf16 else "fp32")

@@ -51,9 +51,10 @@ __global__ void phase_interleave_kernel(float* __restrict__ out, const Phases ph
 // whole vector (its tail, up to 3) one float each, by as many lanes, the rest as vectors. For SW 2
 // a warp's loads are runs of consecutive elements of the row's two column phases; z is read once
 // (streaming loads). EPI: the epilogue's kind, fixed at compile time so its switch folds away. SW:
-// the column stride if 2, else 0 (any: a division per output). ZT: z's element type, float or
+// the column stride if 2, else 0 (any: a division per output). ZT: z's element type, float,
 // __half (SubpixelConv's z_fp16: only where the epilogue saturates, so that an fp16 overflow to
-// +-inf gives what the fp32 value would). OT: y's element type, float or __nv_bfloat16 (st_y1, st_y4).
+// +-inf gives what the fp32 value would) or __nv_bfloat16 (a bf16 x as it is: the library's bf16
+// rows write z; fp32's range, any epilogue). OT: y's element type, float or __nv_bfloat16 (st_y1, st_y4).
 // Measured on the H200 (93's shapes, 2.2 GB moved): one thread per output group with the offsets in
 // an array of the kernel's parameters ran at 0.5 TB/s; Nsight Compute put it at 98% "compute",
 // the memory pipes 98% busy and DRAM 7%: a dynamic index into a parameter's array is a
@@ -75,6 +76,11 @@ __device__ __forceinline__ float ld_z(const float* p) { return __ldcs(p); }
 __device__ __forceinline__ float ld_z(const __half* p) {
   return __half2float(__ushort_as_half(__ldcs(reinterpret_cast<const unsigned short*>(p))));
 }
+__device__ __forceinline__ float ld_z(const __nv_bfloat16* p) {
+  return __bfloat162float(__ushort_as_bfloat16(__ldcs(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ float z_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float z_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 // y's stores by its element type OT (streaming): float, or __nv_bfloat16 (each value rounded once to
 // nearest from the fp32 result: a bf16 run's output, half the bytes). st_y4: outputs 4g..4g+3 of y
 // (a 16-byte vector of fp32, 8 bytes of bf16; y aligned to that)
@@ -89,11 +95,12 @@ __device__ __forceinline__ void st_y4(__nv_bfloat16* y, int g, float4 v) {
          make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi)));
 }
 
-// The staged fp16 path's copy of 8 z columns (16 bytes) from col into shared memory: zeros where the
+// The staged 16-bit path's copy of 8 z columns (16 bytes) from col into shared memory: zeros where the
 // row is outside z (zr null) or col at or past Wz (Wz and col multiples of 8: whole pieces). A
 // chunk reads the pieces its outputs need (a row of 256 outputs: 17 of the 33).
 constexpr int kWin = 264;  // z columns staged per phase row and chunk of 512 outputs: 256, up to 7 before, 1 spare
-__device__ __forceinline__ void stage8(__half* dst, const __half* zr, int col, int Wz) {
+template <class ZT>
+__device__ __forceinline__ void stage8(ZT* dst, const ZT* zr, int col, int Wz) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
   if (zr && col < Wz) v = __ldcs(reinterpret_cast<const uint4*>(zr + col));
   *reinterpret_cast<uint4*>(dst) = v;
@@ -105,10 +112,10 @@ __global__ void __launch_bounds__(kThreads)
                                const float* __restrict__ bias, float epi_a, float epi_b, int C, int H, int W,
                                int sh, int sw_rt, int Hz, int Wz, int rows, bool staged) {
   constexpr int kU = KV == 4 ? 4 : 8;  // steps per pass over a row: 512 or 256 outputs
-  // SW 2, KV 4, fp16 z with rows of whole 16-byte pieces (staged, the host's check): each chunk of
+  // SW 2, KV 4, a 16-bit z (fp16, bf16) with rows of whole 16-byte pieces (staged, the host's check): each chunk of
   // 512 outputs reads its two z rows' 256 columns (and up to 8 more) as 16-byte pieces into the
   // warp's shared memory, then takes each output's value from there
-  constexpr bool kStaged = SW == 2 && KV == 4 && std::is_same<ZT, __half>::value;
+  constexpr bool kStaged = SW == 2 && KV == 4 && sizeof(ZT) == 2;
   const Epilogue epi{EPI, epi_a, epi_b};
   const int sw = SW ? SW : sw_rt, P = sh * sw;
   const int lane = threadIdx.x & 31, warps = gridDim.x * (kThreads / 32);
@@ -155,9 +162,9 @@ __global__ void __launch_bounds__(kThreads)
     OT* yv = yrow + head;  // aligned to 4 outputs where KV is 4
     if constexpr (kStaged) {
       if (staged) {
-        __shared__ __align__(16) __half zs[kThreads / 32][2][kWin];
-        __half* s0 = zs[threadIdx.x >> 5][0];
-        __half* s1 = zs[threadIdx.x >> 5][1];
+        __shared__ __align__(16) ZT zs[kThreads / 32][2][kWin];
+        ZT* s0 = zs[threadIdx.x >> 5][0];
+        ZT* s1 = zs[threadIdx.x >> 5][1];
         // vector g's phase-0 outputs (its columns 0 and 2, or 1 and 3 for an odd head) are z0's
         // columns A0 + 2g and the next, its phase-1 outputs z1's from A1 + 2g
         const int A0 = ((head + 1) >> 1) + cw0, A1 = (head >> 1) + cw1;
@@ -176,8 +183,8 @@ __global__ void __launch_bounds__(kThreads)
           for (int k = 0; k < 4; ++k) {
             const int gl = 32 * k + lane;
             if (g0 + gl >= groups) break;
-            const float e0 = __half2float(s0[d0 + 2 * gl]), e1 = __half2float(s0[d0 + 2 * gl + 1]);
-            const float o0 = __half2float(s1[d1 + 2 * gl]), o1 = __half2float(s1[d1 + 2 * gl + 1]);
+            const float e0 = z_float(s0[d0 + 2 * gl]), e1 = z_float(s0[d0 + 2 * gl + 1]);
+            const float o0 = z_float(s1[d1 + 2 * gl]), o1 = z_float(s1[d1 + 2 * gl + 1]);
             const float4 q = odd ? make_float4(o0, e0, o1, e1) : make_float4(e0, o0, e1, o1);
             st_y4(yv, g0 + gl, make_float4(epi(q.x + bv), epi(q.y + bv), epi(q.z + bv), epi(q.w + bv)));
           }
@@ -257,7 +264,7 @@ torch::Tensor phase_interleave(std::vector<torch::Tensor> subs, std::vector<int6
   return out;
 }
 
-// z: [N, P * C, Hz, Wz] fp32 (or fp16 with a saturating epilogue: tanh, clamp_scale) contiguous,
+// z: [N, P * C, Hz, Wz] fp32, bf16, or fp16 with a saturating epilogue (tanh, clamp_scale), contiguous,
 // phase p = rh * stride_w + rw in channels p * C..; offsets:
 // (ch, cw) per phase; bias: per channel or undefined; the epilogue as the library's; out_bf16: y in
 // bf16 (each value the fp32 one rounded once to nearest), else fp32.
@@ -267,10 +274,10 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
   const int64_t np = stride_h * stride_w;
   TORCH_CHECK(np >= 1 && np <= kMaxPhases && (int64_t)offsets.size() == 2 * np,
               "subpixel_interleave: two offsets per phase, at most ", kMaxPhases, " phases");
-  const bool z16 = z.scalar_type() == at::kHalf;
-  TORCH_CHECK(z.is_cuda() && (z.scalar_type() == at::kFloat || z16) && z.dim() == 4 && z.is_contiguous() &&
+  const bool z16 = z.scalar_type() == at::kHalf, zbf = z.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(z.is_cuda() && (z.scalar_type() == at::kFloat || z16 || zbf) && z.dim() == 4 && z.is_contiguous() &&
                   z.size(1) == np * C,
-              "subpixel_interleave: z must be a contiguous fp32 or fp16 CUDA tensor [N, phases x C, Hz, Wz]");
+              "subpixel_interleave: z must be a contiguous fp32, fp16 or bf16 CUDA tensor [N, phases x C, Hz, Wz]");
   TORCH_CHECK(epilogue >= 0 && epilogue < kEpiCount, "subpixel_interleave: unknown epilogue ", epilogue);
   TORCH_CHECK(!z16 || epilogue == kEpiTanh || epilogue == kEpiClampScale,
               "subpixel_interleave: an fp16 z only with a saturating epilogue (tanh, clamp_scale)");
@@ -294,8 +301,8 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
   auto out = torch::empty({N, C, H, W}, z.options().dtype(out_bf16 ? at::kBFloat16 : at::kFloat));
   if (out.numel() == 0) return out;
   const bool vec = W >= 8;  // KV 4: a row's head and tail one output each, the rest 4-output vectors
-  // fp16 z staged through shared memory in 16-byte pieces: rows of whole pieces, 16-byte aligned
-  const bool staged = z16 && Wz % 8 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
+  // a 16-bit z staged through shared memory in 16-byte pieces: rows of whole pieces, 16-byte aligned
+  const bool staged = (z16 || zbf) && Wz % 8 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
   const int64_t rows = N * C * H;
   TORCH_CHECK(rows < (int64_t(1) << 31), "subpixel_interleave: 2^31 output rows or more");
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
@@ -321,6 +328,7 @@ torch::Tensor subpixel_interleave(torch::Tensor z, std::vector<int64_t> offsets,
     if constexpr (EPI == kEpiTanh || EPI == kEpiClampScale) {
       if (z16) return launch(epi, sw2, kv, TypeTag<__half>{});
     }
+    if (zbf) return launch(epi, sw2, kv, TypeTag<__nv_bfloat16>{});  // fp32's range: any epilogue
     launch(epi, sw2, kv, TypeTag<float>{});
   };
   auto by_shape = [&](auto epi) {
